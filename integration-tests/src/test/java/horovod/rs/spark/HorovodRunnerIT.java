@@ -1,0 +1,123 @@
+package horovod.rs.spark;
+
+import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Set;
+import org.apache.spark.sql.SparkSession;
+import org.junit.AfterClass;
+import org.junit.BeforeClass;
+import org.junit.Test;
+
+/** The Run API on a real local-cluster: two executor JVMs, one rank in each. */
+public class HorovodRunnerIT {
+    private static SparkSession spark;
+
+    @BeforeClass
+    public static void startCluster() {
+        spark = LocalCluster.start("HorovodRunnerIT");
+    }
+
+    @AfterClass
+    public static void stopCluster() {
+        if (spark != null) {
+            spark.stop();
+        }
+    }
+
+    @Test(timeout = 120_000)
+    public void allreduceGivesTheSameSumOnEveryRank() {
+        List<double[]> results = HorovodRunner.run(spark, 2, ctx -> {
+            double[] data = new double[1000];
+            for (int i = 0; i < data.length; i++) {
+                data[i] = i * (ctx.rank() + 1);
+            }
+            return ctx.allreduce(data, ReduceOp.SUM);
+        });
+        double[] expected = new double[1000];
+        for (int i = 0; i < expected.length; i++) {
+            expected[i] = i * 3.0;  // i*1 from rank 0 plus i*2 from rank 1
+        }
+        assertEquals(2, results.size());
+        assertArrayEquals(expected, results.get(0), 0.0);
+        assertArrayEquals(expected, results.get(1), 0.0);
+    }
+
+    @Test(timeout = 120_000)
+    public void floatAverageAndRankInfoComeBackInRankOrder() {
+        List<String> results = HorovodRunner.run(spark, 2, ctx -> {
+            float[] avg = ctx.allreduce(new float[] {ctx.rank() * 10f, 1f}, ReduceOp.AVERAGE);
+            return ctx.rank() + "/" + ctx.size() + " local " + ctx.localRank() + "/" + ctx.localSize()
+                    + " avg " + avg[0] + "," + avg[1];
+        });
+        // Both executors of a local-cluster run on this host, so the two ranks are local to each other.
+        assertEquals(List.of("0/2 local 0/2 avg 5.0,1.0", "1/2 local 1/2 avg 5.0,1.0"), results);
+    }
+
+    @Test(timeout = 120_000)
+    public void eachRankSeesItsAssignedGpu() {
+        HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf()).withGpusPerRank(1);
+        List<List<String>> gpus = HorovodRunner.run(spark, 2, HorovodContext::gpuAddresses, options);
+        assertEquals(2, gpus.size());
+        for (List<String> rankGpus : gpus) {
+            assertEquals("one GPU per rank: " + gpus, 1, rankGpus.size());
+            assertTrue("GPU address from the discovery script: " + gpus, Set.of("0", "1").contains(rankGpus.get(0)));
+        }
+    }
+
+    @Test(timeout = 120_000)
+    public void withoutGpuRequestRanksSeeNoGpus() {
+        List<List<String>> gpus = HorovodRunner.run(spark, 2, HorovodContext::gpuAddresses);
+        assertEquals(List.of(List.of(), List.of()), gpus);
+    }
+
+    @Test(timeout = 120_000)
+    public void aThrowingRankFailsTheJobWithItsMessageQuickly() {
+        long start = System.nanoTime();
+        try {
+            HorovodRunner.run(spark, 2, ctx -> {
+                if (ctx.rank() == 1) {
+                    throw new IllegalStateException("boom from rank 1");
+                }
+                // Rank 0 waits in a collective that rank 1 never joins: it must not hang.
+                return ctx.allreduce(new double[] {1.0}, ReduceOp.SUM)[0];
+            });
+            fail("the job should have failed");
+        } catch (HorovodJobFailedException e) {
+            assertEquals(1, e.rank());
+            assertEquals(IllegalStateException.class.getName(), e.remoteClassName());
+            assertTrue(e.getMessage(), e.getMessage().startsWith("rank 1 of 2 failed: java.lang.IllegalStateException: boom from rank 1"));
+        }
+        double seconds = (System.nanoTime() - start) / 1e9;
+        assertTrue("failure took " + seconds + " s", seconds < 30);
+    }
+
+    @Test(timeout = 120_000)
+    public void moreRanksThanSlotsFailsWithinTheStartTimeout() {
+        HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf())
+                .withStartTimeout(Duration.ofSeconds(3));
+        long start = System.nanoTime();
+        try {
+            HorovodRunner.run(spark, 3, ctx -> ctx.rank(), options);
+            fail("3 ranks cannot start on 2 slots");
+        } catch (HorovodTimeoutException e) {
+            assertTrue(e.getMessage(), e.getMessage().startsWith("only 0 of 3 ranks started within 3 s"));
+        }
+        double seconds = (System.nanoTime() - start) / 1e9;
+        assertTrue("failure took " + seconds + " s", seconds < 20);
+    }
+
+    @Test(timeout = 120_000)
+    public void invalidArgumentsAreRejectedOnTheDriver() {
+        try {
+            HorovodRunner.run(spark, 0, ctx -> 1);
+            fail("numProc 0 must be rejected");
+        } catch (IllegalArgumentException e) {
+            assertEquals("numProc must be at least 1, got 0", e.getMessage());
+        }
+    }
+}

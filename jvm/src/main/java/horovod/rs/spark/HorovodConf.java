@@ -1,0 +1,67 @@
+package horovod.rs.spark;
+
+import java.util.List;
+import java.util.function.BiFunction;
+import org.apache.spark.SparkConf;
+
+/**
+ * Every Spark configuration key horovod-rs reads, declared once with its doc and default.
+ * Time values accept Spark's suffixes ({@code 30s}, {@code 5min}, {@code 500ms}).
+ */
+public final class HorovodConf<T> {
+    public static final HorovodConf<Long> START_TIMEOUT_MS = time(
+            "spark.horovod.rs.startTimeout", "600s",
+            "How long all ranks of a job may take to be scheduled and start; past it the job fails "
+                    + "with a message saying how many ranks started (Horovod's HOROVOD_SPARK_START_TIMEOUT).");
+    public static final HorovodConf<Long> CONNECT_TIMEOUT_MS = time(
+            "spark.horovod.rs.connectTimeout", "120s",
+            "How long a rank waits for every other rank to connect during rendezvous.");
+    public static final HorovodConf<Long> COLLECTIVE_TIMEOUT_MS = time(
+            "spark.horovod.rs.collectiveTimeout", "600s",
+            "How long a collective may wait on a silent peer before it fails naming that rank.");
+    public static final HorovodConf<Double> GPUS_PER_RANK = new HorovodConf<>(
+            "spark.horovod.rs.gpusPerRank", "0",
+            "GPUs requested for each rank's task; 0 runs on CPUs only.",
+            (conf, key) -> Double.parseDouble(conf.get(key, "0")));
+
+    /** All keys, for documentation. */
+    public static final List<HorovodConf<?>> ALL =
+            List.of(START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK);
+
+    private final String key;
+    private final String defaultValue;
+    private final String doc;
+    private final BiFunction<SparkConf, String, T> reader;
+
+    private HorovodConf(String key, String defaultValue, String doc, BiFunction<SparkConf, String, T> reader) {
+        this.key = key;
+        this.defaultValue = defaultValue;
+        this.doc = doc;
+        this.reader = reader;
+    }
+
+    private static HorovodConf<Long> time(String key, String defaultValue, String doc) {
+        return new HorovodConf<>(key, defaultValue, doc, (conf, k) -> conf.getTimeAsMs(k, defaultValue));
+    }
+
+    public T get(SparkConf conf) {
+        try {
+            return reader.apply(conf, key);
+        } catch (RuntimeException e) {
+            throw new IllegalArgumentException("invalid value for " + key + ": " + conf.get(key, defaultValue)
+                    + " (" + e.getMessage() + ")", e);
+        }
+    }
+
+    public String key() {
+        return key;
+    }
+
+    public String defaultValue() {
+        return defaultValue;
+    }
+
+    public String doc() {
+        return doc;
+    }
+}

@@ -1,0 +1,39 @@
+package horovod.rs.spark;
+
+/**
+ * The only class with {@code native} methods: the gateway to the Rust engine (native/jni).
+ *
+ * <p>Native objects are opaque {@code long} handles owned by the Java wrappers
+ * ({@link NativeCommunicator}); each wrapper serialises calls on its handle and closes it once.
+ * Errors arrive as {@link HorovodException} (or a subclass) carrying the Rust error's message.
+ */
+final class HorovodNative {
+    static {
+        NativeLibrary.load();
+    }
+
+    private HorovodNative() {}
+
+    /** Binds a rendezvous listener, e.g. on {@code "0.0.0.0:0"}; returns its handle. */
+    static native long listen(String bindAddress);
+
+    static native int listenerPort(long listener);
+
+    static native void closeListener(long listener);
+
+    /**
+     * Connects this rank to all others; consumes the listener handle even when it fails.
+     *
+     * @param addresses one {@code host:port} per rank, in rank order, separated by newlines
+     */
+    static native long connect(
+            long listener, int rank, String addresses, byte[] secret, long connectTimeoutMs, long ioTimeoutMs);
+
+    static native void closeCommunicator(long communicator);
+
+    static native void barrier(long communicator);
+
+    static native float[] allreduceFloat(long communicator, float[] data, String op);
+
+    static native double[] allreduceDouble(long communicator, double[] data, String op);
+}

@@ -1,0 +1,176 @@
+package horovod.rs.spark;
+
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Objects;
+import java.util.UUID;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.FutureTask;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.stream.IntStream;
+import org.apache.spark.SparkContext;
+import org.apache.spark.SparkJobInfo;
+import org.apache.spark.SparkStageInfo;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.api.java.JavaSparkStatusTracker;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.resource.ResourceProfile;
+import org.apache.spark.resource.ResourceProfileBuilder;
+import org.apache.spark.resource.TaskResourceRequests;
+import org.apache.spark.sql.SparkSession;
+import scala.reflect.ClassTag;
+import scala.reflect.ClassTag$;
+
+/**
+ * Horovod's Run API on Spark: runs a function on {@code numProc} ranks, one barrier task each,
+ * connected to each other for collectives, and returns their results in rank order.
+ *
+ * <pre>{@code
+ * List<Double> sums = HorovodRunner.run(spark, 2, ctx ->
+ *     ctx.allreduce(new double[] {ctx.rank() + 1.0}, ReduceOp.SUM)[0]);   // [3.0, 3.0]
+ * }</pre>
+ *
+ * <p>Launch is one barrier stage: all ranks start together or not at all. Ranks find each other
+ * through {@code BarrierTaskContext.allGather}; connections are proven with a secret made here,
+ * new for every job. A rank's exception fails the whole job with that exception's message.
+ */
+public final class HorovodRunner {
+    private static final int SECRET_BYTES = 32;
+    private static final long POLL_MS = 200;
+
+    private HorovodRunner() {}
+
+    /** Runs {@code fn} on {@code numProc} ranks with options from the Spark configuration. */
+    public static <T> List<T> run(SparkSession spark, int numProc, RankFunction<T> fn) {
+        Objects.requireNonNull(spark, "spark must not be null");
+        return run(spark, numProc, fn, HorovodRunOptions.fromConf(spark.sparkContext().getConf()));
+    }
+
+    /** Runs {@code fn} on {@code numProc} ranks; returns the ranks' results in rank order. */
+    public static <T> List<T> run(SparkSession spark, int numProc, RankFunction<T> fn, HorovodRunOptions options) {
+        Objects.requireNonNull(spark, "spark must not be null");
+        Objects.requireNonNull(fn, "the rank function must not be null");
+        Objects.requireNonNull(options, "options must not be null");
+        if (numProc < 1) {
+            throw new IllegalArgumentException("numProc must be at least 1, got " + numProc);
+        }
+        SparkContext sc = spark.sparkContext();
+        RDD<RankOutcome> ranks = rankStage(sc, numProc, new RankTask<>(fn, numProc, newSecret(), options), options);
+        RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options);
+        return resultsInRankOrder(outcomes, numProc);
+    }
+
+    private static <T> RDD<RankOutcome> rankStage(SparkContext sc, int numProc, RankTask<T> task,
+            HorovodRunOptions options) {
+        List<Integer> rankIds = IntStream.range(0, numProc).boxed().toList();
+        RDD<Integer> seeds = JavaSparkContext.fromSparkContext(sc).parallelize(rankIds, numProc).rdd();
+        ClassTag<RankOutcome> outcomeTag = ClassTag$.MODULE$.apply(RankOutcome.class);
+        RDD<RankOutcome> ranks = seeds.barrier().mapPartitions(task, false, outcomeTag);
+        if (options.gpusPerRank() > 0) {
+            // A task-only profile: the stage asks for GPUs without touching executor sizing.
+            ResourceProfile gpuProfile = new ResourceProfileBuilder()
+                    .require(new TaskResourceRequests().cpus(1).resource("gpu", options.gpusPerRank()))
+                    .build();
+            ranks = ranks.withResources(gpuProfile);
+        }
+        return ranks;
+    }
+
+    /**
+     * Runs the stage in its own job group and waits. Until every rank runs, the start timeout
+     * applies: a cluster with too few free slots fails here with a message, instead of waiting
+     * on Spark's much longer barrier slot check. Once all ranks run, the collectives' own
+     * timeouts bound the wait.
+     */
+    private static RankOutcome[] collectWithin(SparkContext sc, RDD<RankOutcome> ranks, int numProc,
+            HorovodRunOptions options) {
+        String group = "horovod-rs-" + UUID.randomUUID();
+        FutureTask<Object> job = new FutureTask<>(() -> {
+            sc.setJobGroup(group, "horovod-rs: " + numProc + " ranks", true);
+            try {
+                return ranks.collect();
+            } finally {
+                sc.clearJobGroup();
+            }
+        });
+        Thread runner = new Thread(job, group);
+        runner.setDaemon(true);
+        runner.start();
+
+        JavaSparkStatusTracker tracker = JavaSparkContext.fromSparkContext(sc).statusTracker();
+        long deadline = System.nanoTime() + options.startTimeout().toNanos();
+        boolean allStarted = false;
+        while (true) {
+            try {
+                return (RankOutcome[]) job.get(POLL_MS, TimeUnit.MILLISECONDS);
+            } catch (TimeoutException stillRunning) {
+                if (!allStarted) {
+                    int running = runningTasks(tracker, group);
+                    allStarted = running >= numProc;
+                    if (!allStarted && System.nanoTime() > deadline) {
+                        sc.cancelJobGroup(group);
+                        throw new HorovodTimeoutException("only " + running + " of " + numProc
+                                + " ranks started within " + options.startTimeout().toSeconds() + " s: the cluster "
+                                + "has fewer free task slots than numProc (raise executors or cores, lower numProc, "
+                                + "or raise " + HorovodConf.START_TIMEOUT_MS.key() + ")");
+                    }
+                }
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause() != null ? e.getCause() : e;
+                throw new HorovodException("the horovod-rs Spark job failed: " + cause.getMessage(), cause);
+            } catch (InterruptedException e) {
+                sc.cancelJobGroup(group);
+                Thread.currentThread().interrupt();
+                throw new HorovodException("interrupted while waiting for the horovod-rs job", e);
+            }
+        }
+    }
+
+    private static int runningTasks(JavaSparkStatusTracker tracker, String group) {
+        int running = 0;
+        for (int jobId : tracker.getJobIdsForGroup(group)) {
+            SparkJobInfo jobInfo = tracker.getJobInfo(jobId);
+            if (jobInfo == null) {
+                continue;
+            }
+            for (int stageId : jobInfo.stageIds()) {
+                SparkStageInfo stage = tracker.getStageInfo(stageId);
+                if (stage != null) {
+                    running += stage.numActiveTasks();
+                }
+            }
+        }
+        return running;
+    }
+
+    /**
+     * The results in rank order, or the root cause of a failure: the lowest rank that failed on
+     * its own, not merely because another rank went away.
+     */
+    @SuppressWarnings("unchecked")
+    static <T> List<T> resultsInRankOrder(RankOutcome[] outcomes, int size) {
+        RankOutcome[] sorted = outcomes.clone();
+        Arrays.sort(sorted, Comparator.comparingInt(o -> o.rank));
+        RankOutcome rootCause = Arrays.stream(sorted).filter(o -> o.failed() && !o.peerLost).findFirst()
+                .orElseGet(() -> Arrays.stream(sorted).filter(RankOutcome::failed).findFirst().orElse(null));
+        if (rootCause != null) {
+            throw new HorovodJobFailedException(rootCause.rank, size, rootCause.failureClass,
+                    rootCause.failureMessage, rootCause.failureTrace);
+        }
+        List<T> results = new ArrayList<>(sorted.length);
+        for (RankOutcome outcome : sorted) {
+            results.add((T) outcome.result);
+        }
+        return results;
+    }
+
+    private static byte[] newSecret() {
+        byte[] secret = new byte[SECRET_BYTES];
+        new SecureRandom().nextBytes(secret);
+        return secret;
+    }
+}

@@ -1,0 +1,97 @@
+package horovod.rs.spark;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.util.Locale;
+
+/**
+ * Loads the native engine once per class loader.
+ *
+ * <p>The library travels inside horovod-rs.jar under {@code native/<os>-<arch>/}. It is copied to
+ * a fresh temporary file and loaded from there: a JVM refuses to load one file from two class
+ * loaders, and Spark may load the jar in more than one. The system property
+ * {@value #LIBRARY_PROPERTY} points at a library built elsewhere (a developer's cargo build).
+ */
+public final class NativeLibrary {
+    /** System property naming a native library file to load instead of the jar's copy. */
+    public static final String LIBRARY_PROPERTY = "horovod.rs.native.library";
+
+    private static final String LIBRARY_BASE_NAME = "horovod_rs_jni";
+    private static boolean loaded;
+
+    private NativeLibrary() {}
+
+    /** Loads the library unless this class loader has already; safe to call from any thread. */
+    public static synchronized void load() {
+        if (loaded) {
+            return;
+        }
+        String override = System.getProperty(LIBRARY_PROPERTY);
+        String path = override != null ? override : extractFromJar().toString();
+        try {
+            System.load(path);
+        } catch (UnsatisfiedLinkError e) {
+            throw new HorovodException("cannot load the horovod-rs native library from " + path + " ("
+                    + e.getMessage() + "); this build supports " + platformFolder(osName(), osArch())
+                    + " only if the jar contains it", e);
+        }
+        loaded = true;
+    }
+
+    /** The jar folder that holds the library for this OS and CPU, e.g. {@code linux-x86_64}. */
+    static String platformFolder(String osName, String osArch) {
+        String os = osName.toLowerCase(Locale.ROOT);
+        String arch = osArch.toLowerCase(Locale.ROOT);
+        String osPart = os.startsWith("mac") || os.startsWith("darwin") ? "darwin"
+                : os.startsWith("linux") ? "linux"
+                : os.startsWith("windows") ? "windows"
+                : os.replaceAll("\\W", "");
+        String archPart = switch (arch) {
+            case "amd64", "x86_64", "x64" -> "x86_64";
+            case "aarch64", "arm64" -> "aarch64";
+            default -> arch.replaceAll("\\W", "");
+        };
+        return osPart + "-" + archPart;
+    }
+
+    /** The library's file name on this OS, e.g. {@code libhorovod_rs_jni.so}. */
+    static String libraryFileName(String osName) {
+        String os = osName.toLowerCase(Locale.ROOT);
+        if (os.startsWith("mac") || os.startsWith("darwin")) {
+            return "lib" + LIBRARY_BASE_NAME + ".dylib";
+        }
+        if (os.startsWith("windows")) {
+            return LIBRARY_BASE_NAME + ".dll";
+        }
+        return "lib" + LIBRARY_BASE_NAME + ".so";
+    }
+
+    private static Path extractFromJar() {
+        String resource = "/native/" + platformFolder(osName(), osArch()) + "/" + libraryFileName(osName());
+        try (InputStream in = NativeLibrary.class.getResourceAsStream(resource)) {
+            if (in == null) {
+                throw new HorovodException("horovod-rs.jar has no native library for this platform (looked for "
+                        + resource + "); build one with `make jar` on this platform, or set -D"
+                        + LIBRARY_PROPERTY + "=/path/to/" + libraryFileName(osName()));
+            }
+            Path file = Files.createTempFile("horovod-rs-", "-" + libraryFileName(osName()));
+            file.toFile().deleteOnExit();
+            Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
+            return file;
+        } catch (IOException e) {
+            throw new HorovodException("cannot extract the horovod-rs native library " + resource
+                    + " to a temporary file: " + e.getMessage(), e);
+        }
+    }
+
+    private static String osName() {
+        return System.getProperty("os.name", "unknown");
+    }
+
+    private static String osArch() {
+        return System.getProperty("os.arch", "unknown");
+    }
+}

@@ -1,0 +1,122 @@
+package horovod.rs.spark;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import org.apache.spark.BarrierTaskContext;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.resource.ResourceInformation;
+import scala.collection.Iterator;
+import scala.runtime.AbstractFunction1;
+
+/**
+ * The body of one barrier task: rendezvous, run the user's function, report.
+ *
+ * <p>Order matters: every rank must reach {@code allGather} exactly once, even when it cannot
+ * open its listener, or the others would wait there forever. So a rank that fails before the
+ * exchange still takes part, with an error instead of an address, and every rank then fails with
+ * that error. Failures after the exchange become a {@link RankOutcome}, never a failed Spark task:
+ * Spark retries failed barrier stages, which only repeats a user's error.
+ */
+final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<RankOutcome>>
+        implements Serializable {
+    private static final long serialVersionUID = 1L;
+    /** Marks an allGather entry that carries an error instead of an address. */
+    private static final String FAILED_PREFIX = "!";
+
+    private final RankFunction<T> fn;
+    private final int size;
+    private final byte[] secret;
+    private final long connectTimeoutMs;
+    private final long collectiveTimeoutMs;
+
+    RankTask(RankFunction<T> fn, int size, byte[] secret, HorovodRunOptions options) {
+        this.fn = fn;
+        this.size = size;
+        this.secret = secret.clone();
+        this.connectTimeoutMs = options.connectTimeout().toMillis();
+        this.collectiveTimeoutMs = options.collectiveTimeout().toMillis();
+    }
+
+    @Override
+    public Iterator<RankOutcome> apply(Iterator<Integer> partition) {
+        BarrierTaskContext task = BarrierTaskContext.get();
+        int rank = task.partitionId();
+        return scala.collection.Iterator$.MODULE$.single(runRank(task, rank));
+    }
+
+    private RankOutcome runRank(BarrierTaskContext task, int rank) {
+        NativeCommunicator.Listener listener = null;
+        String myEntry;
+        try {
+            NativeLibrary.load();
+            listener = new NativeCommunicator.Listener("0.0.0.0:0");
+            myEntry = executorHost() + ":" + listener.port();
+        } catch (Throwable e) {
+            myEntry = FAILED_PREFIX + e;
+        }
+        List<String> entries = Arrays.asList(task.allGather(myEntry));
+        try (NativeCommunicator.Listener owned = listener) {
+            checkEveryRankListens(entries);
+            List<String> hosts = hostsOf(entries);
+            try (NativeCommunicator communicator =
+                    owned.connect(rank, entries, secret, connectTimeoutMs, collectiveTimeoutMs)) {
+                HorovodContext ctx = new HorovodContext(rank, size, localRank(hosts, rank), localSize(hosts, rank),
+                        gpuAddresses(task), communicator);
+                return RankOutcome.success(rank, fn.call(ctx));
+            }
+        } catch (Throwable e) {
+            return RankOutcome.failure(rank, e);
+        }
+    }
+
+    private static void checkEveryRankListens(List<String> entries) {
+        for (int r = 0; r < entries.size(); r++) {
+            if (entries.get(r).startsWith(FAILED_PREFIX)) {
+                throw new HorovodException("rank " + r + " could not start its rendezvous listener: "
+                        + entries.get(r).substring(FAILED_PREFIX.length()));
+            }
+        }
+    }
+
+    private static String executorHost() {
+        return SparkEnv.get().blockManager().blockManagerId().host();
+    }
+
+    private static List<String> gpuAddresses(BarrierTaskContext task) {
+        ResourceInformation gpus = task.resourcesJMap().get("gpu");
+        return gpus == null ? List.of() : List.of(gpus.addresses());
+    }
+
+    /** The host part of each {@code host:port} entry (IPv6 hosts keep their colons). */
+    static List<String> hostsOf(List<String> addresses) {
+        List<String> hosts = new ArrayList<>(addresses.size());
+        for (String address : addresses) {
+            hosts.add(address.substring(0, address.lastIndexOf(':')));
+        }
+        return hosts;
+    }
+
+    /** How many ranks before {@code rank} share its host. */
+    static int localRank(List<String> hosts, int rank) {
+        int local = 0;
+        for (int r = 0; r < rank; r++) {
+            if (hosts.get(r).equals(hosts.get(rank))) {
+                local++;
+            }
+        }
+        return local;
+    }
+
+    /** How many ranks share {@code rank}'s host. */
+    static int localSize(List<String> hosts, int rank) {
+        int count = 0;
+        for (String host : hosts) {
+            if (host.equals(hosts.get(rank))) {
+                count++;
+            }
+        }
+        return count;
+    }
+}

@@ -1,0 +1,47 @@
+package horovod.rs.spark;
+
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.fail;
+
+import java.util.List;
+import org.junit.Test;
+
+public class HorovodRunnerTest {
+    @Test
+    public void resultsComeBackInRankOrder() {
+        RankOutcome[] outcomes = {RankOutcome.success(2, "c"), RankOutcome.success(0, "a"), RankOutcome.success(1, "b")};
+        assertEquals(List.of("a", "b", "c"), HorovodRunner.resultsInRankOrder(outcomes, 3));
+    }
+
+    @Test
+    public void theRootCauseIsTheRankThatFailedOnItsOwn() {
+        RankOutcome[] outcomes = {
+            RankOutcome.failure(0, new HorovodPeerLostException("connection to rank 2 lost during allreduce")),
+            RankOutcome.success(1, "fine"),
+            RankOutcome.failure(2, new IllegalArgumentException("bad input on rank 2")),
+        };
+        try {
+            HorovodRunner.resultsInRankOrder(outcomes, 3);
+            fail("expected a failure");
+        } catch (HorovodJobFailedException e) {
+            assertEquals(2, e.rank());
+            assertEquals("java.lang.IllegalArgumentException", e.remoteClassName());
+            assertEquals("rank 2 of 3 failed: java.lang.IllegalArgumentException: bad input on rank 2",
+                    e.getMessage().lines().findFirst().orElse(""));
+        }
+    }
+
+    @Test
+    public void peerLossAloneIsReportedWhenNothingElseFailed() {
+        RankOutcome[] outcomes = {
+            RankOutcome.success(0, "fine"),
+            RankOutcome.failure(1, new HorovodPeerLostException("connection to rank 0 lost during allreduce")),
+        };
+        try {
+            HorovodRunner.resultsInRankOrder(outcomes, 2);
+            fail("expected a failure");
+        } catch (HorovodJobFailedException e) {
+            assertEquals(1, e.rank());
+        }
+    }
+}
