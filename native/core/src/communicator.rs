@@ -1,0 +1,477 @@
+//! Collectives over an established mesh: ring allreduce and barrier.
+//!
+//! Allreduce is the bandwidth-optimal ring: the data is split into `size`
+//! contiguous segments ([`segment`]); in `size - 1` reduce-scatter steps every
+//! rank sends one segment to rank `r + 1` and reduces the segment arriving
+//! from rank `r - 1` into its own data, after which rank `r` holds the fully
+//! reduced segment `r + 1`; `size - 1` allgather steps then circulate the
+//! reduced segments. Each segment is reduced by exactly one chain of ranks and
+//! then copied byte for byte, so every rank ends with bit-identical results.
+//!
+//! Invariant: in every step the send runs concurrently with the receive (on a
+//! scoped thread, unless the message is too small to ever fill the socket
+//! buffers), so no ring of blocked writers can form, whatever the data size.
+//!
+//! Every collective starts with a header exchange ([`crate::wire::Header`]) so
+//! that ranks calling different collectives fail with `Mismatch`. After any
+//! failure the communicator closes all its connections, so its peers fail
+//! fast with `PeerLost` instead of waiting for a timeout, and later calls
+//! return `Unusable`.
+
+use std::ops::Range;
+use std::thread;
+use std::time::Duration;
+
+use log::debug;
+
+use crate::error::{Error, FirstError, Result};
+use crate::link::Link;
+use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
+use crate::wire::{Header, HEADER_LEN};
+
+/// Messages up to this many bytes are written before receiving, on the
+/// calling thread. Every rank has then at most this many unread bytes in
+/// flight per connection, far below any TCP buffer, so writes cannot block.
+const INLINE_SEND_MAX: usize = 4096;
+
+/// Elements received per read while reducing: bounds the scratch buffer and
+/// keeps the reduce working on cache-resident data.
+const REDUCE_CHUNK_ELEMS: usize = 64 * 1024;
+
+/// Timeouts of rendezvous and of collectives.
+#[derive(Clone, Debug)]
+pub struct CommConfig {
+    /// How long `connect` waits, in total, for all peers to connect and
+    /// authenticate.
+    pub connect_timeout: Duration,
+    /// How long a single read or write on a connection may block.
+    pub io_timeout: Duration,
+}
+
+impl Default for CommConfig {
+    /// 120 s to connect, 600 s per read or write.
+    fn default() -> Self {
+        CommConfig {
+            connect_timeout: Duration::from_secs(120),
+            io_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// One rank's end of an authenticated full mesh among `size` ranks.
+///
+/// Dropping it closes its connections; peers blocked on it then fail with
+/// `PeerLost` naming this rank.
+#[derive(Debug)]
+pub struct Communicator {
+    rank: usize,
+    size: usize,
+    /// `links[r]` is the connection to rank `r`; `None` at this rank's index.
+    links: Vec<Option<Link>>,
+    /// Number of collectives started, the sequence number of the next one.
+    seq: u64,
+    /// Message of the failure that broke this communicator.
+    failure: Option<String>,
+}
+
+impl Communicator {
+    /// A communicator over `links`, which holds a link for every rank but
+    /// `rank`.
+    pub(crate) fn new(rank: usize, size: usize, links: Vec<Option<Link>>) -> Communicator {
+        debug_assert_eq!(links.len(), size);
+        Communicator {
+            rank,
+            size,
+            links,
+            seq: 0,
+            failure: None,
+        }
+    }
+
+    /// This rank, in `0..size`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks in the job.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Reduces `data` element-wise across all ranks with `op`, in place:
+    /// every rank ends with the same result. All ranks must call it with the
+    /// same element type, length and operation.
+    pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
+        self.check_usable()?;
+        if self.size == 1 {
+            return Ok(());
+        }
+        let header = Header::allreduce(self.seq, T::CODE, op, data.len());
+        self.seq += 1;
+        let result = self
+            .ring()
+            .and_then(|ring| ring_allreduce(&ring, data, op, &header));
+        self.settle(result)
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.size == 1 {
+            return Ok(());
+        }
+        let header = Header::barrier(self.seq);
+        self.seq += 1;
+        let result = self.dissemination_barrier(&header);
+        self.settle(result)
+    }
+
+    /// Dissemination barrier: in round `k` rank `r` signals rank `r + 2^k`
+    /// and waits for rank `r - 2^k`; after `ceil(log2 size)` rounds every rank
+    /// has transitively heard from every other.
+    fn dissemination_barrier(&self, header: &Header) -> Result<()> {
+        let (n, r) = (self.size, self.rank);
+        let mut distance = 1;
+        while distance < n {
+            let to = self.link((r + distance) % n)?;
+            let from = self.link((r + n - distance) % n)?;
+            exchange_headers(to, from, header, "barrier")?;
+            distance *= 2;
+        }
+        Ok(())
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match &self.failure {
+            Some(cause) => Err(Error::Unusable {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// On failure, closes every connection so peers fail fast, and remembers
+    /// why so later calls report it.
+    fn settle(&mut self, result: Result<()>) -> Result<()> {
+        if let Err(error) = &result {
+            debug!(
+                "rank {}: collective failed, closing connections: {error}",
+                self.rank
+            );
+            self.failure = Some(error.to_string());
+            self.close();
+        }
+        result
+    }
+
+    fn close(&self) {
+        for link in self.links.iter().flatten() {
+            link.shutdown();
+        }
+    }
+
+    fn link(&self, rank: usize) -> Result<&Link> {
+        self.links
+            .get(rank)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Unusable {
+                cause: format!("rank {} has no connection to rank {rank}", self.rank),
+            })
+    }
+
+    fn ring(&self) -> Result<Ring<'_>> {
+        let (n, r) = (self.size, self.rank);
+        Ok(Ring {
+            rank: r,
+            size: n,
+            next: self.link((r + 1) % n)?,
+            prev: self.link((r + n - 1) % n)?,
+        })
+    }
+}
+
+impl Drop for Communicator {
+    /// Shuts the connections down (not merely closes this process's
+    /// descriptors), so peers see end-of-stream even if a descriptor was
+    /// inherited elsewhere.
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The two links of this rank's position in the ring.
+struct Ring<'a> {
+    rank: usize,
+    size: usize,
+    /// Link to rank `rank + 1`, which this rank sends to.
+    next: &'a Link,
+    /// Link to rank `rank - 1`, which this rank receives from.
+    prev: &'a Link,
+}
+
+/// Range of segment `index` when `len` elements are split into `parts`
+/// contiguous segments: the first `len % parts` segments have one element
+/// more than the rest; segments may be empty.
+pub(crate) fn segment(len: usize, parts: usize, index: usize) -> Range<usize> {
+    debug_assert!(parts > 0 && index < parts);
+    let base = len / parts;
+    let extra = len % parts;
+    let start = index * base + index.min(extra);
+    let seg_len = base + usize::from(index < extra);
+    start..start + seg_len
+}
+
+fn ring_allreduce<T: Element>(
+    ring: &Ring<'_>,
+    data: &mut [T],
+    op: ReduceOp,
+    header: &Header,
+) -> Result<()> {
+    const DURING: &str = "allreduce";
+    exchange_headers(ring.next, ring.prev, header, DURING)?;
+    let (n, r, len) = (ring.size, ring.rank, data.len());
+    let largest = segment(len, n, 0).len();
+    let mut scratch = vec![T::ZERO; largest.clamp(1, REDUCE_CHUNK_ELEMS)];
+
+    // Reduce-scatter: after step s, the segment received holds the reduction
+    // of s + 2 ranks' values; after n - 1 steps rank r owns segment r + 1.
+    for step in 0..n - 1 {
+        let send = segment(len, n, (r + n - step) % n);
+        let recv = segment(len, n, (r + n - step - 1) % n);
+        let (outgoing, incoming) = split_pair(data, send, recv);
+        exchange(
+            ring,
+            outgoing,
+            Incoming::Reduce {
+                into: incoming,
+                scratch: &mut scratch,
+                op,
+            },
+            DURING,
+        )?;
+    }
+    if op == ReduceOp::Average {
+        T::divide(&mut data[segment(len, n, (r + 1) % n)], n);
+    }
+    // Allgather: pass the reduced segments around the ring.
+    for step in 0..n - 1 {
+        let send = segment(len, n, (r + 1 + n - step) % n);
+        let recv = segment(len, n, (r + n - step) % n);
+        let (outgoing, incoming) = split_pair(data, send, recv);
+        exchange(ring, outgoing, Incoming::Copy(incoming), DURING)?;
+    }
+    Ok(())
+}
+
+/// Borrows two disjoint segments of `data`, one to read and one to write.
+fn split_pair<T>(data: &mut [T], read: Range<usize>, write: Range<usize>) -> (&[T], &mut [T]) {
+    if read.end <= write.start {
+        let (head, tail) = data.split_at_mut(write.start);
+        (&head[read], &mut tail[..write.end - write.start])
+    } else {
+        debug_assert!(write.end <= read.start, "segments overlap");
+        let (head, tail) = data.split_at_mut(read.start);
+        (&tail[..read.end - read.start], &mut head[write])
+    }
+}
+
+/// What to do with the bytes arriving in a ring step.
+enum Incoming<'a, T> {
+    /// Reduce them into `into` with `op`, reading through `scratch`.
+    Reduce {
+        into: &'a mut [T],
+        scratch: &'a mut [T],
+        op: ReduceOp,
+    },
+    /// Store them in place.
+    Copy(&'a mut [T]),
+}
+
+/// One ring step: send `outgoing` to the next rank while receiving from the
+/// previous one. If either side fails, both links are shut down to wake the
+/// other side, and the first error is returned.
+fn exchange<T: Element>(
+    ring: &Ring<'_>,
+    outgoing: &[T],
+    incoming: Incoming<'_, T>,
+    during: &str,
+) -> Result<()> {
+    let bytes = as_bytes(outgoing);
+    if bytes.len() <= INLINE_SEND_MAX {
+        ring.next.send(bytes, during)?;
+        return receive(ring.prev, incoming, during);
+    }
+    let first = FirstError::default();
+    thread::scope(|scope| {
+        let sender = thread::Builder::new()
+            .name("hvd-ring-send".into())
+            .spawn_scoped(scope, || {
+                if let Err(e) = ring.next.send(bytes, during) {
+                    first.record(e);
+                    ring.prev.shutdown();
+                }
+            });
+        if let Err(e) = sender {
+            first.record(Error::io("spawning the ring sender thread", e));
+            return;
+        }
+        if let Err(e) = receive(ring.prev, incoming, during) {
+            first.record(e);
+            ring.next.shutdown();
+        }
+    });
+    first.into_result()
+}
+
+fn receive<T: Element>(prev: &Link, incoming: Incoming<'_, T>, during: &str) -> Result<()> {
+    match incoming {
+        Incoming::Copy(into) => prev.recv(as_bytes_mut(into), during),
+        Incoming::Reduce { into, scratch, op } => {
+            for chunk in into.chunks_mut(scratch.len()) {
+                let buf = &mut scratch[..chunk.len()];
+                prev.recv(as_bytes_mut(buf), during)?;
+                T::reduce(chunk, buf, op);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Sends `ours` on `to`, receives the header from `from`, and requires them
+/// to be equal.
+fn exchange_headers(to: &Link, from: &Link, ours: &Header, during: &str) -> Result<()> {
+    to.send(&ours.encode(), during)?;
+    let mut bytes = [0u8; HEADER_LEN];
+    from.recv(&mut bytes, during)?;
+    let theirs = Header::decode(&bytes);
+    if theirs != *ours {
+        return Err(Error::Mismatch {
+            rank: from.rank(),
+            detail: format!(
+                "it called {} while this rank called {}",
+                theirs.describe(),
+                ours.describe()
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn segments_cover_the_data_in_order() {
+        for len in [0, 1, 2, 3, 4, 5, 7, 8, 100, 1001] {
+            for parts in 1..=5 {
+                let mut next = 0;
+                let mut sizes = Vec::new();
+                for index in 0..parts {
+                    let range = segment(len, parts, index);
+                    assert_eq!(range.start, next, "len {len} parts {parts}");
+                    next = range.end;
+                    sizes.push(range.len());
+                }
+                assert_eq!(next, len);
+                let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(max - min <= 1, "unbalanced {sizes:?}");
+                assert_eq!(sizes[0], *max, "first segment is the largest");
+            }
+        }
+    }
+
+    #[test]
+    fn segments_of_short_data_are_empty_at_the_end() {
+        assert_eq!(segment(2, 4, 0), 0..1);
+        assert_eq!(segment(2, 4, 1), 1..2);
+        assert_eq!(segment(2, 4, 2), 2..2);
+        assert_eq!(segment(2, 4, 3), 2..2);
+        assert_eq!(segment(0, 3, 1), 0..0);
+    }
+
+    #[test]
+    fn split_pair_handles_both_orders_and_empty_segments() {
+        let mut data = [0, 1, 2, 3, 4];
+        let (read, write) = split_pair(&mut data, 0..2, 3..5);
+        assert_eq!(read, [0, 1]);
+        write[0] = 9;
+        let (read, write) = split_pair(&mut data, 3..5, 0..2);
+        assert_eq!(read, [9, 4]);
+        assert_eq!(write.len(), 2);
+        let (read, write) = split_pair(&mut data, 5..5, 5..5);
+        assert!(read.is_empty() && write.is_empty());
+        let (read, write) = split_pair(&mut data, 2..2, 2..4);
+        assert!(read.is_empty());
+        assert_eq!(write, [2, 9]);
+    }
+
+    /// A two-rank communicator pair over loopback, in one process.
+    fn pair() -> (Communicator, Communicator) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (b, _) = listener.accept().unwrap();
+        let timeout = Duration::from_secs(10);
+        let comm = |rank: usize, stream| {
+            let mut links = vec![None, None];
+            links[1 - rank] = Some(Link::new(1 - rank, stream, timeout).unwrap());
+            Communicator::new(rank, 2, links)
+        };
+        (comm(0, a), comm(1, b))
+    }
+
+    #[test]
+    fn mismatched_calls_are_reported_and_break_the_communicator() {
+        let (mut c0, mut c1) = pair();
+        let other = thread::spawn(move || {
+            let mut data = vec![1.0f32; 12];
+            let err = c1.allreduce(&mut data, ReduceOp::Sum).unwrap_err();
+            (err.to_string(), c1)
+        });
+        let mut data = vec![1.0f32; 10];
+        let err = c0.allreduce(&mut data, ReduceOp::Sum).unwrap_err();
+        assert!(matches!(err, Error::Mismatch { rank: 1, .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "rank 1 disagrees with this rank: it called allreduce of 12 f32 (SUM) as \
+             collective #0 while this rank called allreduce of 10 f32 (SUM) as collective #0"
+        );
+        let (other_err, _c1) = other.join().unwrap();
+        assert!(other_err.contains("rank 0 disagrees"), "{other_err}");
+        let again = c0.barrier().unwrap_err();
+        assert!(matches!(again, Error::Unusable { .. }), "{again}");
+    }
+
+    #[test]
+    fn dropped_peer_is_peer_lost() {
+        let (mut c0, c1) = pair();
+        drop(c1);
+        let err = c0.allreduce(&mut [1.0f64; 3], ReduceOp::Max).unwrap_err();
+        assert!(err.is_peer_lost(), "{err}");
+        assert!(err
+            .to_string()
+            .starts_with("connection to rank 1 lost during allreduce"));
+    }
+
+    #[test]
+    fn pair_allreduce_large_and_barrier() {
+        let (mut c0, mut c1) = pair();
+        let len = 300_001;
+        let other = thread::spawn(move || {
+            let mut data: Vec<i64> = (0..len as i64).map(|i| i * 2).collect();
+            c1.allreduce(&mut data, ReduceOp::Average).unwrap();
+            c1.barrier().unwrap();
+            data
+        });
+        let mut data: Vec<i64> = (0..len as i64).collect();
+        c0.allreduce(&mut data, ReduceOp::Average).unwrap();
+        c0.barrier().unwrap();
+        let theirs = other.join().unwrap();
+        assert_eq!(data, theirs);
+        assert!(data
+            .iter()
+            .enumerate()
+            .all(|(i, v)| *v == (3 * i as i64) / 2));
+    }
+}

@@ -1,0 +1,167 @@
+//! Errors of horovod-core.
+//!
+//! Every failure a caller can see is one [`Error`] variant whose message names
+//! what failed and, where one is involved, which rank. The JVM tells a
+//! root-cause failure from its consequences with [`Error::is_peer_lost`]: a
+//! rank that fails for its own reason closes its connections, so its peers see
+//! `PeerLost` naming it.
+
+use std::io;
+use std::sync::{Mutex, PoisonError};
+
+/// Result of every fallible operation of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong in rendezvous or in a collective.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system call failed for a reason other than a lost peer or
+    /// a timeout: binding the listener, setting a socket option, spawning a
+    /// thread, an unexpected socket error.
+    #[error("{context}: {source}")]
+    Io {
+        /// What this rank was doing.
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+
+    /// The connection to `rank` was closed or reset while this rank was using
+    /// it: that peer died, dropped its communicator, or gave up after an error
+    /// of its own.
+    #[error("connection to rank {rank} lost {context}")]
+    PeerLost {
+        /// The peer whose connection was lost.
+        rank: usize,
+        /// When it was lost, e.g. "during allreduce: the peer closed the connection".
+        context: String,
+    },
+
+    /// Nothing arrived within the configured time: a peer did not connect
+    /// within `connect_timeout`, or did not send or accept data within
+    /// `io_timeout`.
+    #[error("timed out {what}")]
+    Timeout {
+        /// What was awaited, e.g. "after 5s waiting for rank 2 to connect".
+        what: String,
+        /// The peer that was awaited, when there is one.
+        rank: Option<usize>,
+    },
+
+    /// A peer this rank connected to could not prove it knows the job secret
+    /// (or the ranks were given different secrets).
+    #[error("authentication failed: {detail}")]
+    AuthFailed {
+        /// Which peer, and what it failed to prove.
+        detail: String,
+    },
+
+    /// A peer speaks another wire-protocol version (another build of
+    /// horovod-rs), or is not a horovod-rs listener at all.
+    #[error("protocol mismatch with {peer}: {detail}")]
+    VersionMismatch {
+        /// The peer, e.g. "rank 0 at 10.0.0.1:4000".
+        peer: String,
+        /// The versions involved.
+        detail: String,
+    },
+
+    /// An authenticated peer disagrees with this rank about the job: its size,
+    /// its byte order, its own rank, or which collective is being run (another
+    /// operation, element type or length).
+    #[error("rank {rank} disagrees with this rank: {detail}")]
+    Mismatch {
+        /// The disagreeing peer.
+        rank: usize,
+        /// What differs.
+        detail: String,
+    },
+
+    /// An argument is unusable: rank out of range, empty address list,
+    /// unparsable address, empty secret, zero timeout.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The communicator was used after a collective failed on it; its
+    /// connections are closed and the job has to rendezvous again.
+    #[error("communicator is unusable after an earlier failure: {cause}")]
+    Unusable {
+        /// The message of the failure that broke the communicator.
+        cause: String,
+    },
+}
+
+impl Error {
+    /// True when this error is a lost connection to a peer, which is usually
+    /// the consequence of a failure on that peer rather than a root cause.
+    pub fn is_peer_lost(&self) -> bool {
+        matches!(self, Error::PeerLost { .. })
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Keeps the first error reported by any of several threads working on one
+/// operation: later errors are usually consequences of the first (a thread
+/// shutting a socket down to wake another).
+#[derive(Debug, Default)]
+pub(crate) struct FirstError(Mutex<Option<Error>>);
+
+impl FirstError {
+    /// Records `error` unless an earlier one is already recorded.
+    pub(crate) fn record(&self, error: Error) {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+    }
+
+    /// The recorded error as a result.
+    pub(crate) fn into_result(self) -> Result<()> {
+        match self.0.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_rank() {
+        let lost = Error::PeerLost {
+            rank: 1,
+            context: "during allreduce: the peer closed the connection".into(),
+        };
+        assert_eq!(
+            lost.to_string(),
+            "connection to rank 1 lost during allreduce: the peer closed the connection"
+        );
+        assert!(lost.is_peer_lost());
+        let timeout = Error::Timeout {
+            what: "after 5s waiting for rank 2 to connect".into(),
+            rank: Some(2),
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "timed out after 5s waiting for rank 2 to connect"
+        );
+        assert!(!timeout.is_peer_lost());
+    }
+
+    #[test]
+    fn first_error_wins() {
+        let first = FirstError::default();
+        first.record(Error::InvalidArgument("one".into()));
+        first.record(Error::InvalidArgument("two".into()));
+        let err = first.into_result().unwrap_err();
+        assert_eq!(err.to_string(), "invalid argument: one");
+    }
+}

@@ -1,0 +1,28 @@
+//! horovod-core: the transport and collectives of horovod-rs.
+//!
+//! Every Spark barrier task of a job is one rank. A rank binds a
+//! [`Listener`], the JVM exchanges the listeners' "host:port" strings among
+//! the ranks, and [`connect`] turns them into a [`Communicator`]: a full mesh
+//! of TCP connections, each authenticated both ways with the per-job secret.
+//! The communicator then runs ring allreduce and barrier.
+//!
+//! Modules, one job each: `error` (what can fail), `auth` (HMAC
+//! challenge–response), `wire` (hello and header layouts), `rendezvous`
+//! (listener, connect, handshakes), `link` (one connection and its error
+//! mapping), `communicator` (collectives), `reduce` (operations and element
+//! types).
+
+#![warn(missing_docs)]
+
+mod auth;
+mod communicator;
+mod error;
+mod link;
+mod reduce;
+mod rendezvous;
+mod wire;
+
+pub use communicator::{CommConfig, Communicator};
+pub use error::{Error, Result};
+pub use reduce::{Element, ReduceOp};
+pub use rendezvous::{connect, Listener};

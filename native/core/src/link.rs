@@ -1,0 +1,122 @@
+//! One established connection to one peer rank.
+//!
+//! A [`Link`] owns the TCP stream to a peer and turns every I/O failure on it
+//! into an [`Error`] naming that peer: end-of-stream and resets become
+//! `PeerLost`, a read or write that exceeds the I/O timeout becomes `Timeout`.
+//! Sends and receives take `&self`, so one thread can send on a link while
+//! another receives on it.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// An authenticated connection to peer `rank`.
+#[derive(Debug)]
+pub(crate) struct Link {
+    rank: usize,
+    stream: TcpStream,
+    io_timeout: Duration,
+}
+
+impl Link {
+    /// Wraps an authenticated stream: blocking, `TCP_NODELAY`, and read and
+    /// write timeouts of `io_timeout`.
+    pub(crate) fn new(rank: usize, stream: TcpStream, io_timeout: Duration) -> Result<Link> {
+        let context = || format!("configuring the connection to rank {rank}");
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::io(context(), e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io(context(), e))?;
+        stream
+            .set_read_timeout(Some(io_timeout))
+            .map_err(|e| Error::io(context(), e))?;
+        stream
+            .set_write_timeout(Some(io_timeout))
+            .map_err(|e| Error::io(context(), e))?;
+        Ok(Link {
+            rank,
+            stream,
+            io_timeout,
+        })
+    }
+
+    /// The peer's rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Sends all of `bytes`.
+    pub(crate) fn send(&self, bytes: &[u8], during: &str) -> Result<()> {
+        (&self.stream)
+            .write_all(bytes)
+            .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
+    }
+
+    /// Fills `buf` from the peer.
+    pub(crate) fn recv(&self, buf: &mut [u8], during: &str) -> Result<()> {
+        (&self.stream)
+            .read_exact(buf)
+            .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
+    }
+
+    /// Closes both directions, waking any thread blocked on this link and
+    /// making the peer see end-of-stream. Errors (already closed) are ignored.
+    pub(crate) fn shutdown(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Maps an I/O error on the connection to `rank` to this crate's error.
+/// `waited` is the timeout that was in force, for the message.
+pub(crate) fn io_error(err: io::Error, rank: usize, during: &str, waited: Duration) -> Error {
+    match err.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout {
+            what: format!("after {waited:?} waiting for rank {rank} during {during}"),
+            rank: Some(rank),
+        },
+        io::ErrorKind::UnexpectedEof => Error::PeerLost {
+            rank,
+            context: format!("during {during}: the peer closed the connection"),
+        },
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::NotConnected => Error::PeerLost {
+            rank,
+            context: format!("during {during}: {err}"),
+        },
+        _ => Error::io(format!("{during} with rank {rank}"), err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_name_the_peer() {
+        let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+        let err = io_error(eof, 1, "allreduce", Duration::from_secs(5));
+        assert!(err.is_peer_lost());
+        assert_eq!(
+            err.to_string(),
+            "connection to rank 1 lost during allreduce: the peer closed the connection"
+        );
+        let slow = io::Error::from(io::ErrorKind::WouldBlock);
+        let err = io_error(slow, 2, "barrier", Duration::from_secs(5));
+        assert!(matches!(err, Error::Timeout { rank: Some(2), .. }));
+        assert_eq!(
+            err.to_string(),
+            "timed out after 5s waiting for rank 2 during barrier"
+        );
+        let other = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert!(matches!(
+            io_error(other, 0, "allreduce", Duration::from_secs(1)),
+            Error::Io { .. }
+        ));
+    }
+}

@@ -1,0 +1,244 @@
+//! Byte layouts of what ranks send each other besides element data.
+//!
+//! * The hello opens every connection, in both directions. Its first
+//!   [`PREFIX_LEN`] bytes (magic and protocol version) keep this layout in
+//!   every version, so a peer of another version is recognised and named
+//!   instead of being misread. The rest carries byte order, rank, job size and
+//!   the authentication nonce. Integers in it are little-endian.
+//! * A collective header opens every collective on every connection it uses,
+//!   so ranks that call different collectives (another operation, element
+//!   type or length) stop with an error instead of exchanging garbage.
+//!
+//! Element data itself is raw native-endian bytes with no framing: both sides
+//! derive every message length from the header they agreed on.
+
+use crate::auth::NONCE_LEN;
+use crate::reduce::{type_name, ReduceOp};
+
+/// First bytes of every hello.
+pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
+/// Version of this protocol; any change to the bytes exchanged bumps it.
+pub(crate) const PROTOCOL_VERSION: u16 = 1;
+/// Magic plus version: the part of the hello every version shares.
+pub(crate) const PREFIX_LEN: usize = 10;
+/// Length of a whole hello of this version.
+pub(crate) const HELLO_LEN: usize = PREFIX_LEN + 2 + 4 + 4 + NONCE_LEN;
+/// Byte the acceptor sends once it has verified the connector's proof.
+pub(crate) const ACK: u8 = 0x06;
+/// Length of a collective header.
+pub(crate) const HEADER_LEN: usize = 24;
+
+/// Byte-order flag of this build: 1 little-endian, 2 big-endian.
+pub(crate) const NATIVE_ENDIAN: u8 = if cfg!(target_endian = "little") { 1 } else { 2 };
+
+/// Name of a byte-order flag, for error messages.
+pub(crate) fn endian_name(flag: u8) -> &'static str {
+    match flag {
+        1 => "little-endian",
+        2 => "big-endian",
+        _ => "unknown byte order",
+    }
+}
+
+/// Why a hello prefix is not one of ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrefixError {
+    /// Not a horovod-rs hello at all.
+    BadMagic,
+    /// A horovod-rs hello of another protocol version.
+    Version(u16),
+}
+
+/// Checks the magic and version of a received hello prefix.
+pub(crate) fn check_prefix(prefix: &[u8; PREFIX_LEN]) -> Result<(), PrefixError> {
+    if prefix[..8] != MAGIC {
+        return Err(PrefixError::BadMagic);
+    }
+    let version = u16::from_le_bytes([prefix[8], prefix[9]]);
+    if version != PROTOCOL_VERSION {
+        return Err(PrefixError::Version(version));
+    }
+    Ok(())
+}
+
+/// The opening message of a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Hello {
+    /// Byte-order flag of the sender.
+    pub endian: u8,
+    /// Rank of the sender.
+    pub rank: u32,
+    /// Number of ranks the sender was given.
+    pub size: u32,
+    /// The sender's authentication nonce.
+    pub nonce: [u8; NONCE_LEN],
+}
+
+impl Hello {
+    /// This build's hello.
+    pub(crate) fn new(rank: u32, size: u32, nonce: [u8; NONCE_LEN]) -> Hello {
+        Hello {
+            endian: NATIVE_ENDIAN,
+            rank,
+            size,
+            nonce,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut out = [0u8; HELLO_LEN];
+        out[..8].copy_from_slice(&MAGIC);
+        out[8..10].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out[10] = self.endian;
+        // out[11] is reserved and zero.
+        out[12..16].copy_from_slice(&self.rank.to_le_bytes());
+        out[16..20].copy_from_slice(&self.size.to_le_bytes());
+        out[20..].copy_from_slice(&self.nonce);
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8; HELLO_LEN]) -> Result<Hello, PrefixError> {
+        let mut prefix = [0u8; PREFIX_LEN];
+        prefix.copy_from_slice(&bytes[..PREFIX_LEN]);
+        check_prefix(&prefix)?;
+        let u32_at = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&bytes[20..]);
+        Ok(Hello {
+            endian: bytes[10],
+            rank: u32_at(12),
+            size: u32_at(16),
+            nonce,
+        })
+    }
+}
+
+/// Which collective a header opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Allreduce,
+    Barrier,
+}
+
+/// The header that opens a collective on a connection. Both ends send theirs
+/// and require the other's to be byte-for-byte equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// Number of collectives this communicator ran before this one.
+    pub seq: u64,
+    pub kind: u8,
+    /// Element type code (0 for a barrier).
+    pub dtype: u8,
+    /// Reduce-operation code (0 for a barrier).
+    pub op: u8,
+    /// Number of elements (0 for a barrier).
+    pub count: u64,
+}
+
+impl Header {
+    pub(crate) fn allreduce(seq: u64, dtype: u8, op: ReduceOp, count: usize) -> Header {
+        Header {
+            seq,
+            kind: 1,
+            dtype,
+            op: op.code(),
+            count: count as u64,
+        }
+    }
+
+    pub(crate) fn barrier(seq: u64) -> Header {
+        Header {
+            seq,
+            kind: 2,
+            dtype: 0,
+            op: 0,
+            count: 0,
+        }
+    }
+
+    fn kind(&self) -> Option<Kind> {
+        match self.kind {
+            1 => Some(Kind::Allreduce),
+            2 => Some(Kind::Barrier),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[..8].copy_from_slice(&self.seq.to_le_bytes());
+        out[8] = self.kind;
+        out[9] = self.dtype;
+        out[10] = self.op;
+        // out[11..16] is reserved and zero.
+        out[16..].copy_from_slice(&self.count.to_le_bytes());
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8; HEADER_LEN]) -> Header {
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        Header {
+            seq: u64_at(0),
+            kind: bytes[8],
+            dtype: bytes[9],
+            op: bytes[10],
+            count: u64_at(16),
+        }
+    }
+
+    /// E.g. "allreduce of 10 f32 (SUM) as collective #3".
+    pub(crate) fn describe(&self) -> String {
+        let what = match self.kind() {
+            Some(Kind::Allreduce) => {
+                let dtype = type_name(self.dtype)
+                    .map_or_else(|| format!("type #{}", self.dtype), str::to_string);
+                let op = ReduceOp::from_code(self.op)
+                    .map_or_else(|| format!("op #{}", self.op), |op| op.name().to_string());
+                format!("allreduce of {} {dtype} ({op})", self.count)
+            }
+            Some(Kind::Barrier) => "barrier".to_string(),
+            None => format!("unknown collective #{}", self.kind),
+        };
+        format!("{what} as collective #{}", self.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trips() {
+        let hello = Hello::new(3, 4, [7u8; NONCE_LEN]);
+        let bytes = hello.encode();
+        assert_eq!(bytes[..8], MAGIC);
+        assert_eq!(Hello::decode(&bytes), Ok(hello));
+    }
+
+    #[test]
+    fn hello_prefix_errors() {
+        let mut bytes = Hello::new(0, 2, [0u8; NONCE_LEN]).encode();
+        bytes[8..10].copy_from_slice(&7u16.to_le_bytes());
+        assert_eq!(Hello::decode(&bytes), Err(PrefixError::Version(7)));
+        bytes[0] = b'X';
+        assert_eq!(Hello::decode(&bytes), Err(PrefixError::BadMagic));
+    }
+
+    #[test]
+    fn header_round_trips_and_describes() {
+        let header = Header::allreduce(3, 1, ReduceOp::Sum, 10);
+        assert_eq!(Header::decode(&header.encode()), header);
+        assert_eq!(
+            header.describe(),
+            "allreduce of 10 f32 (SUM) as collective #3"
+        );
+        assert_eq!(Header::barrier(0).describe(), "barrier as collective #0");
+        assert_ne!(Header::barrier(0).encode(), Header::barrier(1).encode());
+    }
+}
