@@ -13,14 +13,12 @@ final class LocalCluster {
     private LocalCluster() {}
 
     static SparkSession start(String appName) {
-        String jar = System.getProperty("horovod.rs.jar");
-        if (jar == null || !new File(jar).isFile()) {
-            throw new IllegalStateException("system property horovod.rs.jar must name the built horovod-rs.jar, got " + jar);
-        }
-        return SparkSession.builder()
+        String jar = existingFile("horovod.rs.jar");
+        String testJar = existingFile("horovod.rs.test.jar");
+        SparkSession spark = SparkSession.builder()
                 .appName(appName)
                 .master("local-cluster[2,1,1024]")
-                .config("spark.jars", jar)
+                .config("spark.jars", jar + "," + testJar)
                 .config("spark.plugins", HorovodPlugin.class.getName())
                 .config("spark.ui.enabled", "false")
                 .config("spark.worker.resource.gpu.amount", "2")
@@ -28,6 +26,33 @@ final class LocalCluster {
                 .config("spark.executor.resource.gpu.amount", "1")
                 .config("spark.executor.resource.gpu.discoveryScript", resourcePath("fake-gpus.sh"))
                 .getOrCreate();
+        awaitExecutors(spark, 2);
+        return spark;
+    }
+
+    /** getOrCreate returns before executors register; tests that time themselves need them up. */
+    private static void awaitExecutors(SparkSession spark, int executors) {
+        long deadline = System.nanoTime() + 60_000_000_000L;
+        // The driver is listed among the executor infos too.
+        while (spark.sparkContext().statusTracker().getExecutorInfos().length < executors + 1) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("local-cluster executors did not register within 60 s");
+            }
+            try {
+                Thread.sleep(100);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException("interrupted while waiting for executors", e);
+            }
+        }
+    }
+
+    private static String existingFile(String property) {
+        String path = System.getProperty(property);
+        if (path == null || !new File(path).isFile()) {
+            throw new IllegalStateException("system property " + property + " must name a built jar, got " + path);
+        }
+        return path;
     }
 
     private static String resourcePath(String name) {

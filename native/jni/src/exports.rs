@@ -1,0 +1,191 @@
+//! The `native` methods of `horovod.rs.spark.HorovodNative`, one function each.
+//!
+//! Each export: convert arguments, call `horovod_core`, convert the result.
+//! Bulk data crosses with one region copy in and one out (no per-element JNI
+//! calls); the Java array is not pinned while the collective blocks, so the
+//! garbage collector is never held up by a slow peer.
+
+use std::time::Duration;
+
+use horovod_core::{CommConfig, Communicator, Element, Listener, ReduceOp};
+use jni::objects::{JByteArray, JClass, JPrimitiveArray, JString, TypeArray};
+use jni::sys::{jdouble, jfloat, jint, jlong};
+use jni::{Env, EnvUnowned};
+
+use crate::error_policy::{JniError, ThrowHorovodException};
+use crate::handles::{borrow_mut, into_handle, take};
+
+const LISTENER: &str = "rendezvous listener";
+const COMMUNICATOR: &str = "communicator";
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_listen<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    bind_address: JString<'caller>,
+) -> jlong {
+    unowned_env
+        .with_env(|env| -> Result<jlong, JniError> {
+            let bind_address = bind_address.try_to_string(env)?;
+            Ok(into_handle(Listener::bind(&bind_address)?))
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_listenerPort<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    listener: jlong,
+) -> jint {
+    unowned_env
+        .with_env(|_env| -> Result<jint, JniError> {
+            // SAFETY: Java passes a live listener handle and serialises calls on it.
+            let listener = unsafe { borrow_mut::<Listener>(listener, LISTENER)? };
+            Ok(jint::from(listener.port()))
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_closeListener<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    listener: jlong,
+) {
+    unowned_env
+        .with_env(|_env| -> Result<(), JniError> {
+            // SAFETY: Java gives the handle up here and never passes it again.
+            drop(unsafe { take::<Listener>(listener, LISTENER)? });
+            Ok(())
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+/// Consumes the listener (Java forgets its handle before calling) and returns
+/// a communicator handle. `addresses` holds one `host:port` per rank, one per line.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    listener: jlong,
+    rank: jint,
+    addresses: JString<'caller>,
+    secret: JByteArray<'caller>,
+    connect_timeout_ms: jlong,
+    io_timeout_ms: jlong,
+) -> jlong {
+    unowned_env
+        .with_env(|env| -> Result<jlong, JniError> {
+            // SAFETY: Java hands the listener over here and never passes it again.
+            let listener = unsafe { take::<Listener>(listener, LISTENER)? };
+            let addresses: Vec<String> = addresses
+                .try_to_string(env)?
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            let secret = env.convert_byte_array(&secret)?;
+            let rank = usize::try_from(rank)
+                .map_err(|_| JniError::InvalidArgument(format!("rank {rank} is negative")))?;
+            let config = CommConfig {
+                connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
+                io_timeout: millis(io_timeout_ms, "io timeout")?,
+            };
+            let communicator =
+                horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
+            Ok(into_handle(communicator))
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_closeCommunicator<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    communicator: jlong,
+) {
+    unowned_env
+        .with_env(|_env| -> Result<(), JniError> {
+            // SAFETY: Java gives the handle up here and never passes it again.
+            drop(unsafe { take::<Communicator>(communicator, COMMUNICATOR)? });
+            Ok(())
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_barrier<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    communicator: jlong,
+) {
+    unowned_env
+        .with_env(|_env| -> Result<(), JniError> {
+            // SAFETY: Java passes a live handle and serialises calls on it.
+            let communicator = unsafe { borrow_mut::<Communicator>(communicator, COMMUNICATOR)? };
+            Ok(communicator.barrier()?)
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_allreduceFloat<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    communicator: jlong,
+    data: JPrimitiveArray<'caller, jfloat>,
+    op: JString<'caller>,
+) -> JPrimitiveArray<'caller, jfloat> {
+    unowned_env
+        .with_env(|env| allreduce_array(env, communicator, &data, &op))
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_allreduceDouble<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    communicator: jlong,
+    data: JPrimitiveArray<'caller, jdouble>,
+    op: JString<'caller>,
+) -> JPrimitiveArray<'caller, jdouble> {
+    unowned_env
+        .with_env(|env| allreduce_array(env, communicator, &data, &op))
+        .resolve::<ThrowHorovodException>()
+}
+
+/// Copies `data` out, allreduces it, and returns the result as a new Java array.
+fn allreduce_array<'local, T>(
+    env: &mut Env<'local>,
+    communicator: jlong,
+    data: &JPrimitiveArray<'_, T>,
+    op: &JString<'_>,
+) -> Result<JPrimitiveArray<'local, T>, JniError>
+where
+    T: TypeArray + Element + Default,
+{
+    // SAFETY: Java passes a live handle and serialises calls on it.
+    let communicator = unsafe { borrow_mut::<Communicator>(communicator, COMMUNICATOR)? };
+    let op = reduce_op(env, op)?;
+    let mut buffer = vec![T::default(); data.len(env)?];
+    data.get_region(env, 0, &mut buffer)?;
+    communicator.allreduce(&mut buffer, op)?;
+    let result = JPrimitiveArray::<T>::new(env, buffer.len())?;
+    result.set_region(env, 0, &buffer)?;
+    Ok(result)
+}
+
+fn reduce_op(env: &Env<'_>, op: &JString<'_>) -> Result<ReduceOp, JniError> {
+    let name = op.try_to_string(env)?;
+    ReduceOp::from_name(&name)
+        .ok_or_else(|| JniError::InvalidArgument(format!("unknown reduce op {name:?}")))
+}
+
+fn millis(value: jlong, what: &str) -> Result<Duration, JniError> {
+    u64::try_from(value)
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| JniError::InvalidArgument(format!("{what} must be positive, got {value} ms")))
+}
