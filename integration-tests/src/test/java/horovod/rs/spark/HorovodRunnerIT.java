@@ -105,7 +105,7 @@ public class HorovodRunnerIT {
             HorovodRunner.run(spark, 3, ctx -> ctx.rank(), options);
             fail("3 ranks cannot start on 2 slots");
         } catch (HorovodTimeoutException e) {
-            assertTrue(e.getMessage(), e.getMessage().startsWith("only 0 of 3 ranks started within 3 s"));
+            assertTrue(e.getMessage(), e.getMessage().startsWith("the cluster has 2 task slots for 3 ranks after waiting 3 s"));
         }
         double seconds = (System.nanoTime() - start) / 1e9;
         assertTrue("failure took " + seconds + " s", seconds < 20);

@@ -60,7 +60,9 @@ public final class HorovodRunner {
         }
         SparkContext sc = spark.sparkContext();
         RDD<RankOutcome> ranks = rankStage(sc, numProc, new RankTask<>(fn, numProc, newSecret(), options), options);
-        RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options);
+        long deadline = System.nanoTime() + options.startTimeout().toNanos();
+        awaitSlots(sc, ranks, numProc, options, deadline);
+        RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options, deadline);
         return resultsInRankOrder(outcomes, numProc);
     }
 
@@ -81,13 +83,44 @@ public final class HorovodRunner {
     }
 
     /**
+     * Waits until the cluster has a task slot for every rank. Submitted earlier, a barrier stage
+     * fails Spark's slot check and Spark tries again only every 15 s
+     * ({@code spark.scheduler.barrier.maxConcurrentTasksCheck.interval}), which would dominate
+     * the launch of a job submitted right after the session starts.
+     */
+    private static void awaitSlots(SparkContext sc, RDD<RankOutcome> ranks, int numProc, HorovodRunOptions options,
+            long deadline) {
+        ResourceProfile profile = ranks.getResourceProfile() != null
+                ? ranks.getResourceProfile()
+                : sc.resourceProfileManager().defaultResourceProfile();
+        int slots = sc.maxNumConcurrentTasks(profile);
+        while (slots < numProc) {
+            if (System.nanoTime() > deadline) {
+                throw new HorovodTimeoutException("the cluster has " + slots + " task slots for " + numProc
+                        + " ranks after waiting " + options.startTimeout().toSeconds() + " s (add executors or "
+                        + "cores, lower numProc, or raise " + HorovodConf.START_TIMEOUT_MS.key() + ")");
+            }
+            sleep(POLL_MS);
+            slots = sc.maxNumConcurrentTasks(profile);
+        }
+    }
+
+    private static void sleep(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new HorovodException("interrupted while waiting for the cluster to have enough task slots", e);
+        }
+    }
+
+    /**
      * Runs the stage in its own job group and waits. Until every rank runs, the start timeout
-     * applies: a cluster with too few free slots fails here with a message, instead of waiting
-     * on Spark's much longer barrier slot check. Once all ranks run, the collectives' own
-     * timeouts bound the wait.
+     * applies (slots can be taken by other jobs between the check and the launch). Once all
+     * ranks run, the collectives' own timeouts bound the wait.
      */
     private static RankOutcome[] collectWithin(SparkContext sc, RDD<RankOutcome> ranks, int numProc,
-            HorovodRunOptions options) {
+            HorovodRunOptions options, long deadline) {
         String group = "horovod-rs-" + UUID.randomUUID();
         FutureTask<Object> job = new FutureTask<>(() -> {
             sc.setJobGroup(group, "horovod-rs: " + numProc + " ranks", true);
@@ -102,7 +135,6 @@ public final class HorovodRunner {
         runner.start();
 
         JavaSparkStatusTracker tracker = JavaSparkContext.fromSparkContext(sc).statusTracker();
-        long deadline = System.nanoTime() + options.startTimeout().toNanos();
         boolean allStarted = false;
         while (true) {
             try {
@@ -114,9 +146,9 @@ public final class HorovodRunner {
                     if (!allStarted && System.nanoTime() > deadline) {
                         sc.cancelJobGroup(group);
                         throw new HorovodTimeoutException("only " + running + " of " + numProc
-                                + " ranks started within " + options.startTimeout().toSeconds() + " s: the cluster "
-                                + "has fewer free task slots than numProc (raise executors or cores, lower numProc, "
-                                + "or raise " + HorovodConf.START_TIMEOUT_MS.key() + ")");
+                                + " ranks started within " + options.startTimeout().toSeconds() + " s: other jobs "
+                                + "hold the cluster's task slots (free them, lower numProc, or raise "
+                                + HorovodConf.START_TIMEOUT_MS.key() + ")");
                     }
                 }
             } catch (ExecutionException e) {
