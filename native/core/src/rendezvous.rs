@@ -42,6 +42,8 @@ use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, NATIVE_ENDIAN, PREFI
 const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// Longest pause between attempts to connect to a peer not listening yet.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Longer timeouts are cut to this, so deadlines cannot overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest single TCP connect attempt.
 const MAX_CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
@@ -99,8 +101,8 @@ pub fn connect(
         rank,
         size,
         secret,
-        connect_timeout: config.connect_timeout,
-        deadline: Instant::now() + config.connect_timeout,
+        connect_timeout: config.connect_timeout.min(MAX_TIMEOUT),
+        deadline: Instant::now() + config.connect_timeout.min(MAX_TIMEOUT),
     };
     listener
         .inner
@@ -150,7 +152,7 @@ pub fn connect(
     let mut links = Vec::with_capacity(size);
     for (peer, stream) in streams.into_iter().enumerate() {
         links.push(match stream {
-            Some(stream) => Some(Link::new(peer, stream, config.io_timeout)?),
+            Some(stream) => Some(Link::new(peer, stream, config.io_timeout.min(MAX_TIMEOUT))?),
             None if peer == rank => None,
             None => {
                 return Err(Error::Unusable {
@@ -496,9 +498,15 @@ fn accept_higher(listener: &TcpListener, job: &Job, abort: &Abort) -> Side {
                     debug!("rank {}: connection from {from}", job.rank);
                     let id = next_id;
                     next_id += 1;
-                    if let Ok(clone) = stream.try_clone() {
-                        pending.insert(id, clone);
-                    }
+                    // Without a clone the handshake could not be woken at
+                    // the end of rendezvous: drop such a connection.
+                    match stream.try_clone() {
+                        Ok(clone) => pending.insert(id, clone),
+                        Err(e) => {
+                            warn!("rank {}: dropping connection from {from}: {e}", job.rank);
+                            continue;
+                        }
+                    };
                     let tx = tx.clone();
                     let spawned = thread::Builder::new()
                         .name("hvd-handshake".into())
@@ -698,6 +706,29 @@ mod tests {
         }
         let err = Listener::bind("not an address").unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+
+    #[test]
+    fn communicator_and_listener_can_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Communicator>();
+        send::<Listener>();
+    }
+
+    #[test]
+    fn huge_timeouts_do_not_overflow() {
+        let (address, handle) = rank0(5_000);
+        let listener = Listener::bind("127.0.0.1:0").unwrap();
+        let addresses = vec![address, format!("127.0.0.1:{}", listener.port())];
+        let huge = CommConfig {
+            connect_timeout: Duration::MAX,
+            io_timeout: Duration::MAX,
+        };
+        let mut c1 = connect(listener, 1, &addresses, b"secret", &huge).unwrap();
+        let mut c0 = handle.join().unwrap().unwrap();
+        let t = thread::spawn(move || c1.barrier());
+        c0.barrier().unwrap();
+        t.join().unwrap().unwrap();
     }
 
     #[test]
