@@ -1,0 +1,125 @@
+//! A rank that dies, drops its communicator or goes silent mid-collective
+//! makes its peers fail promptly with an error naming it, never hang.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{parse_err, say, say_err, Job, RankSpec};
+use horovod_core::ReduceOp;
+
+const LEN: usize = 1 << 20;
+
+/// Entry point of the rank processes; a no-op in the parent.
+#[test]
+fn child_entry() {
+    let Some(rank) = common::child_rank() else {
+        return;
+    };
+    let mut comm = match common::rendezvous(rank) {
+        (Ok(comm), _) => comm,
+        (Err(e), _) => return say_err(&e),
+    };
+    let role = common::var("HVD_TEST_ROLE").unwrap_or_else(|| "loop".into());
+    say("READY");
+    match role.as_str() {
+        // Keep the communicator open and never call a collective.
+        "silent" => thread::sleep(Duration::from_secs(60)),
+        // Close the connections while the process lives on.
+        "drop" => {
+            thread::sleep(Duration::from_millis(300));
+            drop(comm);
+            say("DROPPED");
+            thread::sleep(Duration::from_secs(60));
+        }
+        // Allreduce until something fails.
+        "loop" => {
+            let mut data = vec![1.0f32; LEN];
+            for iteration in 0.. {
+                if let Err(e) = comm.allreduce(&mut data, ReduceOp::Sum) {
+                    return say_err(&e);
+                }
+                say(format!("ITER {iteration}"));
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn role(role: &str) -> RankSpec {
+    RankSpec::default().with("HVD_TEST_ROLE", role)
+}
+
+#[test]
+fn killed_peer_is_reported_as_peer_lost() {
+    // Rank 0 blocks in an allreduce that rank 1 never joins; then rank 1 dies.
+    let mut job = Job::start("kill", vec![role("loop"), role("silent")]);
+    job.send_all();
+    job.expect(1, "READY", Duration::from_secs(10));
+    job.expect(0, "READY", Duration::from_secs(10));
+    thread::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    job.kill(1);
+    let line = job.expect(0, "ERR", Duration::from_secs(10));
+    assert!(killed.elapsed() < Duration::from_secs(3), "slow: {line}");
+    let (kind, message) = parse_err(&line);
+    assert_eq!(kind, "PeerLost", "{line}");
+    assert!(
+        message.starts_with("connection to rank 1 lost during allreduce"),
+        "{line}"
+    );
+}
+
+#[test]
+fn peer_killed_mid_allreduce_fails_every_survivor_fast() {
+    let mut job = Job::start("kill", vec![role("loop"); 3]);
+    job.send_all();
+    job.expect(2, "ITER 2", Duration::from_secs(30));
+    let killed = Instant::now();
+    job.kill(2);
+    let mut named = false;
+    for rank in 0..2 {
+        let line = job.expect(rank, "ERR", Duration::from_secs(10));
+        assert!(killed.elapsed() < Duration::from_secs(3), "slow: {line}");
+        let (kind, message) = parse_err(&line);
+        // The neighbours of rank 2 see it go; a rank may instead see a
+        // neighbour that gave up first, which is PeerLost too.
+        assert_eq!(kind, "PeerLost", "rank {rank}: {line}");
+        named |= message.starts_with("connection to rank 2 lost");
+    }
+    assert!(named, "no survivor named rank 2");
+}
+
+#[test]
+fn dropped_communicator_fails_peer_fast() {
+    let mut job = Job::start("drop", vec![role("loop"), role("drop")]);
+    job.send_all();
+    job.expect(1, "DROPPED", Duration::from_secs(10));
+    let dropped = Instant::now();
+    let line = job.expect(0, "ERR", Duration::from_secs(10));
+    assert!(dropped.elapsed() < Duration::from_secs(3), "slow: {line}");
+    let (kind, message) = parse_err(&line);
+    assert_eq!(kind, "PeerLost", "{line}");
+    assert!(message.starts_with("connection to rank 1 lost"), "{line}");
+}
+
+#[test]
+fn silent_peer_times_out_naming_it() {
+    let quick_io = RankSpec {
+        io_ms: 700,
+        ..role("loop")
+    };
+    let mut job = Job::start("silent", vec![quick_io, role("silent")]);
+    job.send_all();
+    job.expect(0, "READY", Duration::from_secs(10));
+    let started = Instant::now();
+    let line = job.expect(0, "ERR", Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(4), "slow: {line}");
+    let (kind, message) = parse_err(&line);
+    assert_eq!(kind, "Timeout", "{line}");
+    assert!(
+        message.contains("after 700ms waiting for rank 1 during allreduce"),
+        "{line}"
+    );
+}
