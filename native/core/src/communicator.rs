@@ -101,6 +101,12 @@ impl Communicator {
     /// Reduces `data` element-wise across all ranks with `op`, in place:
     /// every rank ends with the same result. All ranks must call it with the
     /// same element type, length and operation.
+    ///
+    /// # Errors
+    /// `PeerLost` or `Timeout` naming the peer whose connection failed,
+    /// `Mismatch` when a neighbour called another collective, `Unusable` once
+    /// an earlier collective failed. After any error the communicator is
+    /// closed.
     pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
         self.check_usable()?;
         if self.size == 1 {

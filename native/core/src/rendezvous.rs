@@ -84,6 +84,18 @@ impl Listener {
 /// `addresses[i]` is rank i's "host:port"; its length is the job size. Waits
 /// at most `config.connect_timeout` in total; connections are then given
 /// `config.io_timeout`. With a single rank, opens no connection.
+///
+/// # Errors
+/// * `InvalidArgument`: rank out of range, empty or unparsable address list,
+///   empty secret, zero timeout.
+/// * `AuthFailed`: a lower rank could not prove it knows the secret.
+/// * `VersionMismatch`: a lower rank's address answers with another protocol
+///   version, or not as horovod-rs at all.
+/// * `Mismatch`: an authenticated peer was given another job size, has
+///   another byte order, or claims another rank.
+/// * `Timeout`: a peer did not connect, or answer, in time; the message
+///   mentions rejected connection attempts (e.g. a rank with another secret).
+/// * `PeerLost`: a lower rank closed the connection during the handshake.
 pub fn connect(
     listener: Listener,
     rank: usize,
