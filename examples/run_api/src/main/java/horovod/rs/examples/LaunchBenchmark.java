@@ -2,7 +2,14 @@ package horovod.rs.examples;
 
 import horovod.rs.spark.HorovodRunner;
 import horovod.rs.spark.ReduceOp;
+import java.io.Serializable;
+import java.util.List;
+import org.apache.spark.BarrierTaskContext;
+import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.sql.SparkSession;
+import scala.collection.Iterator;
+import scala.reflect.ClassTag$;
+import scala.runtime.AbstractFunction1;
 
 /**
  * Launch overhead of the Run API: the wall time of {@code HorovodRunner.run} with 2 ranks doing
@@ -18,15 +25,54 @@ public final class LaunchBenchmark {
     public static void main(String[] args) {
         SparkSession spark = SparkSession.builder().appName("horovod-rs launch benchmark").getOrCreate();
         try {
-            launchOnce(spark);  // warm-up: executors registered, classes loaded, jar fetched
+            // Warm-up: executors registered, classes loaded, jars fetched.
+            launchOnce(spark);
+            plainSparkJob(spark);
+            barrierAllGather(spark);
             System.out.println("impl,run,seconds");
-            for (int run = 1; run <= RUNS; run++) {
-                long start = System.nanoTime();
-                launchOnce(spark);
-                System.out.printf("horovod-rs,%d,%.3f%n", run, (System.nanoTime() - start) / 1e9);
-            }
+            time("horovod-rs", () -> launchOnce(spark));
+            // Where the time goes: the same two tasks as a plain Spark job, and as a barrier
+            // stage that only exchanges addresses with allGather, as the Run API's launch does.
+            time("spark-job", () -> plainSparkJob(spark));
+            time("spark-barrier-allgather", () -> barrierAllGather(spark));
         } finally {
             spark.stop();
+        }
+    }
+
+    private static void time(String impl, Runnable job) {
+        for (int run = 1; run <= RUNS; run++) {
+            long start = System.nanoTime();
+            job.run();
+            System.out.printf("%s,%d,%.3f%n", impl, run, (System.nanoTime() - start) / 1e9);
+        }
+    }
+
+    private static void plainSparkJob(SparkSession spark) {
+        JavaSparkContext.fromSparkContext(spark.sparkContext())
+                .parallelize(List.of(0, 1), RANKS)
+                .map(rank -> rank + 1)
+                .collect();
+    }
+
+    private static void barrierAllGather(SparkSession spark) {
+        JavaSparkContext.fromSparkContext(spark.sparkContext())
+                .parallelize(List.of(0, 1), RANKS)
+                .rdd()
+                .barrier()
+                .mapPartitions(new AllGatherPartition(), false, ClassTag$.MODULE$.apply(String.class))
+                .collect();
+    }
+
+    /** One allGather of a short string, the size of a rendezvous address. */
+    private static final class AllGatherPartition
+            extends AbstractFunction1<Iterator<Integer>, Iterator<String>> implements Serializable {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public Iterator<String> apply(Iterator<Integer> partition) {
+            String[] all = BarrierTaskContext.get().allGather("127.0.0.1:12345");
+            return scala.collection.Iterator$.MODULE$.single(String.join(",", all));
         }
     }
 
