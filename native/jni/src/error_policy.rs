@@ -52,7 +52,10 @@ impl<T: Default> ErrorPolicy<T, JniError> for ThrowHorovodException {
             // A Java exception is already pending (e.g. from a failed JNI call): it wins.
             return Ok(T::default());
         }
-        let _ = env.throw_new(JNIString::new(err.java_class()), JNIString::new(error_chain(&err)));
+        let _ = env.throw_new(
+            JNIString::new(err.java_class()),
+            JNIString::new(error_chain(&err)),
+        );
         Ok(T::default())
     }
 

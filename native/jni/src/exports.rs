@@ -92,8 +92,7 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
                 connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
                 io_timeout: millis(io_timeout_ms, "io timeout")?,
             };
-            let communicator =
-                horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
+            let communicator = horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
             Ok(into_handle(communicator))
         })
         .resolve::<ThrowHorovodException>()
@@ -187,5 +186,7 @@ fn millis(value: jlong, what: &str) -> Result<Duration, JniError> {
         .ok()
         .filter(|&ms| ms > 0)
         .map(Duration::from_millis)
-        .ok_or_else(|| JniError::InvalidArgument(format!("{what} must be positive, got {value} ms")))
+        .ok_or_else(|| {
+            JniError::InvalidArgument(format!("{what} must be positive, got {value} ms"))
+        })
 }
