@@ -56,11 +56,16 @@ lint:
 cargo-test:
 	cargo test --workspace
 
+# Gradle stays quiet; the summary lists every test and ends with a pass/fail count.
 java-test: jar
-	$(GRADLE) test
+	rm -rf build/test-results/test
+	$(GRADLE) test --continue || true
+	python3 scripts/junit_summary.py build/test-results/test
 
 integration-test: jar
-	$(GRADLE) integrationTest -PsparkHome=$(SPARK_HOME)
+	rm -rf build/test-results/integrationTest
+	$(GRADLE) integrationTest -PsparkHome=$(SPARK_HOME) --continue || true
+	python3 scripts/junit_summary.py build/test-results/integrationTest
 
 ## Benchmarks ----------------------------------------------------------------
 
