@@ -14,6 +14,9 @@
 //! 4. A → C: ACK (only after A verified C's)
 //!
 //! Proofs are HMAC-SHA256 of both hellos over the job secret ([`crate::auth`]).
+//! Each side checks the kind byte of the other's hello before anything else,
+//! so a rank dialling the driver's rendezvous service, or the service's
+//! client dialling a rank, is named as such.
 //!
 //! Invariant: the acceptor handles every incoming connection on its own
 //! thread and only ends rendezvous early for an *authenticated* peer that
@@ -36,16 +39,16 @@ use crate::auth::{self, Role, Secret, TAG_LEN};
 use crate::communicator::{CommConfig, Communicator};
 use crate::error::{Error, FirstError, Result};
 use crate::link::{io_error, Link};
-use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, NATIVE_ENDIAN, PREFIX_LEN};
+use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, KIND_RANK, NATIVE_ENDIAN, PREFIX_LEN};
 
 /// Pause between polls of the non-blocking listener.
-const ACCEPT_POLL: Duration = Duration::from_millis(5);
+pub(crate) const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// Longest pause between attempts to connect to a peer not listening yet.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Longer timeouts are cut to this, so deadlines cannot overflow.
-const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest single TCP connect attempt.
-const MAX_CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
+pub(crate) const MAX_CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
 /// This rank's listening socket, bound before the addresses are exchanged.
 #[derive(Debug)]
@@ -57,17 +60,7 @@ pub struct Listener {
 impl Listener {
     /// Binds a listener, e.g. on "0.0.0.0:0" (any interface, a free port).
     pub fn bind(addr: &str) -> Result<Listener> {
-        let inner = TcpListener::bind(addr).map_err(|e| {
-            if e.kind() == io::ErrorKind::InvalidInput {
-                Error::InvalidArgument(format!("cannot bind to {addr:?}: {e}"))
-            } else {
-                Error::io(format!("binding a listener on {addr}"), e)
-            }
-        })?;
-        let port = inner
-            .local_addr()
-            .map_err(|e| Error::io("reading the listener's address", e))?
-            .port();
+        let (inner, port) = bind(addr, "a listener")?;
         debug!("listening on {addr}, port {port}");
         Ok(Listener { inner, port })
     }
@@ -76,6 +69,29 @@ impl Listener {
     pub fn port(&self) -> u16 {
         self.port
     }
+}
+
+/// Binds `what` (e.g. "a listener") to `addr`; returns it and its port.
+pub(crate) fn bind(addr: &str, what: &str) -> Result<(TcpListener, u16)> {
+    let listener = TcpListener::bind(addr).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidInput {
+            Error::InvalidArgument(format!("cannot bind to {addr:?}: {e}"))
+        } else {
+            Error::io(format!("binding {what} on {addr}"), e)
+        }
+    })?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::io(format!("reading the address of {what}"), e))?
+        .port();
+    Ok((listener, port))
+}
+
+/// Whether `address` looks like "host:port" with a non-zero port.
+pub(crate) fn is_host_port(address: &str) -> bool {
+    address
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
 }
 
 /// Connects rank `rank` to every other rank and authenticates each
@@ -191,10 +207,7 @@ fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()
         )));
     }
     for (peer, address) in addresses.iter().enumerate() {
-        let valid = address.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
-        });
-        if !valid {
+        if !is_host_port(address) {
             return Err(Error::InvalidArgument(format!(
                 "address of rank {peer} ({address:?}) is not host:port"
             )));
@@ -396,7 +409,7 @@ fn connect_to(peer: usize, address: &str, job: &Job, abort: &Abort) -> Result<Op
 }
 
 /// Opens a TCP connection to "host:port", trying each resolved address.
-fn open(address: &str, timeout: Duration) -> io::Result<TcpStream> {
+pub(crate) fn open(address: &str, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
     for addr in address.to_socket_addrs()? {
         match TcpStream::connect_timeout(&addr, timeout) {
@@ -425,6 +438,10 @@ fn connect_handshake(stream: &TcpStream, peer: usize, address: &str, job: &Job) 
     prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
     wire::check_prefix(&prefix).map_err(|e| version_mismatch(who(), e))?;
     stream.read_exact(&mut theirs[PREFIX_LEN..]).map_err(io)?;
+    let hello = Hello::decode(&theirs).map_err(|e| version_mismatch(who(), e))?;
+    if hello.kind != KIND_RANK {
+        return Err(kind_mismatch(who(), hello.kind, KIND_RANK));
+    }
     let mut their_proof = [0u8; TAG_LEN];
     stream.read_exact(&mut their_proof).map_err(io)?;
 
@@ -441,7 +458,6 @@ fn connect_handshake(stream: &TcpStream, peer: usize, address: &str, job: &Job) 
         .write_all(&job.secret.prove(Role::Connector, &transcript))
         .map_err(io)?;
 
-    let hello = Hello::decode(&theirs).map_err(|e| version_mismatch(who(), e))?;
     job.check_peer(&hello, Some(peer))?;
 
     let mut ack = [0u8; 1];
@@ -463,7 +479,7 @@ fn connect_handshake(stream: &TcpStream, peer: usize, address: &str, job: &Job) 
     Ok(())
 }
 
-fn version_mismatch(peer: String, error: PrefixError) -> Error {
+pub(crate) fn version_mismatch(peer: String, error: PrefixError) -> Error {
     let detail = match error {
         PrefixError::BadMagic => {
             "it did not answer with a horovod-rs hello (is the address right?)".to_string()
@@ -474,6 +490,18 @@ fn version_mismatch(peer: String, error: PrefixError) -> Error {
         ),
     };
     Error::VersionMismatch { peer, detail }
+}
+
+/// The error for a peer whose hello says it is of kind `theirs`, not `expected`.
+pub(crate) fn kind_mismatch(peer: String, theirs: u8, expected: u8) -> Error {
+    Error::VersionMismatch {
+        peer,
+        detail: format!(
+            "it is {}, not {} (is the address right?)",
+            wire::kind_name(theirs),
+            wire::kind_name(expected)
+        ),
+    }
 }
 
 // ----------------------------------------------------------------- accepting
@@ -655,6 +683,16 @@ fn try_accept(
         }
     }
     stream.read_exact(&mut theirs[PREFIX_LEN..]).map_err(io)?;
+    let hello = Hello::decode(&theirs).map_err(|_| reject("malformed hello".into()))?;
+    if hello.kind != KIND_RANK {
+        // Answer with our hello so the peer can name the mismatch.
+        let _ = stream.write_all(&ours);
+        return Err(reject(format!(
+            "it is {}, not {}",
+            wire::kind_name(hello.kind),
+            wire::kind_name(KIND_RANK)
+        )));
+    }
     let transcript = [theirs, ours].concat();
     let mut reply = Vec::with_capacity(HELLO_LEN + TAG_LEN);
     reply.extend_from_slice(&ours);
@@ -679,7 +717,6 @@ fn try_accept(
     {
         return Err(reject("it could not prove it knows the job secret".into()));
     }
-    let hello = Hello::decode(&theirs).map_err(|_| reject("malformed hello".into()))?;
     let peer = job.check_peer(&hello, None).map_err(Verdict::Fatal)?;
     stream.write_all(&[ACK]).map_err(io)?;
     Ok(peer)

@@ -3,8 +3,14 @@
 //! * The hello opens every connection, in both directions. Its first
 //!   [`PREFIX_LEN`] bytes (magic and protocol version) keep this layout in
 //!   every version, so a peer of another version is recognised and named
-//!   instead of being misread. The rest carries byte order, rank, job size and
-//!   the authentication nonce. Integers in it are little-endian.
+//!   instead of being misread. The rest carries byte order, the kind of
+//!   endpoint, rank, job size and the authentication nonce. Integers in it are
+//!   little-endian.
+//! * The kind byte tells a rank of the mesh from a rank registering with the
+//!   driver's rendezvous service and from that service, so an address given
+//!   for the wrong one is named instead of failing authentication. Ranks of
+//!   the mesh send 0, which is what the byte held while it was reserved, so
+//!   their hellos are unchanged.
 //! * A collective header opens every collective on every connection it uses,
 //!   so ranks that call different collectives (another operation, element
 //!   type or length) stop with an error instead of exchanging garbage.
@@ -27,6 +33,23 @@ pub(crate) const HELLO_LEN: usize = PREFIX_LEN + 2 + 4 + 4 + NONCE_LEN;
 pub(crate) const ACK: u8 = 0x06;
 /// Length of a collective header.
 pub(crate) const HEADER_LEN: usize = 24;
+
+/// Kind byte of a rank of the mesh (connecting or accepting).
+pub(crate) const KIND_RANK: u8 = 0;
+/// Kind byte of a rank registering with the driver's rendezvous service.
+pub(crate) const KIND_SERVICE_CLIENT: u8 = 1;
+/// Kind byte of the driver's rendezvous service.
+pub(crate) const KIND_SERVICE: u8 = 2;
+
+/// Name of an endpoint kind, for error messages.
+pub(crate) fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        KIND_RANK => "a rank of the mesh",
+        KIND_SERVICE_CLIENT => "a rank registering with the rendezvous service",
+        KIND_SERVICE => "the driver's rendezvous service",
+        _ => "an endpoint of unknown kind",
+    }
+}
 
 /// Byte-order flag of this build: 1 little-endian, 2 big-endian.
 pub(crate) const NATIVE_ENDIAN: u8 = if cfg!(target_endian = "little") { 1 } else { 2 };
@@ -66,6 +89,9 @@ pub(crate) fn check_prefix(prefix: &[u8; PREFIX_LEN]) -> Result<(), PrefixError>
 pub(crate) struct Hello {
     /// Byte-order flag of the sender.
     pub endian: u8,
+    /// What the sender is: [`KIND_RANK`], [`KIND_SERVICE_CLIENT`] or
+    /// [`KIND_SERVICE`].
+    pub kind: u8,
     /// Rank of the sender.
     pub rank: u32,
     /// Number of ranks the sender was given.
@@ -75,10 +101,16 @@ pub(crate) struct Hello {
 }
 
 impl Hello {
-    /// This build's hello.
+    /// This build's hello of a rank of the mesh.
     pub(crate) fn new(rank: u32, size: u32, nonce: [u8; NONCE_LEN]) -> Hello {
+        Hello::of_kind(KIND_RANK, rank, size, nonce)
+    }
+
+    /// This build's hello of an endpoint of `kind`.
+    pub(crate) fn of_kind(kind: u8, rank: u32, size: u32, nonce: [u8; NONCE_LEN]) -> Hello {
         Hello {
             endian: NATIVE_ENDIAN,
+            kind,
             rank,
             size,
             nonce,
@@ -90,7 +122,7 @@ impl Hello {
         out[..8].copy_from_slice(&MAGIC);
         out[8..10].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
         out[10] = self.endian;
-        // out[11] is reserved and zero.
+        out[11] = self.kind;
         out[12..16].copy_from_slice(&self.rank.to_le_bytes());
         out[16..20].copy_from_slice(&self.size.to_le_bytes());
         out[20..].copy_from_slice(&self.nonce);
@@ -108,6 +140,7 @@ impl Hello {
         nonce.copy_from_slice(&bytes[20..]);
         Ok(Hello {
             endian: bytes[10],
+            kind: bytes[11],
             rank: u32_at(12),
             size: u32_at(16),
             nonce,
@@ -218,7 +251,12 @@ mod tests {
         let hello = Hello::new(3, 4, [7u8; NONCE_LEN]);
         let bytes = hello.encode();
         assert_eq!(bytes[..8], MAGIC);
+        assert_eq!(bytes[11], 0, "a rank's hello is that of earlier builds");
         assert_eq!(Hello::decode(&bytes), Ok(hello));
+        let service = Hello::of_kind(KIND_SERVICE, 0, 4, [7u8; NONCE_LEN]);
+        assert_eq!(Hello::decode(&service.encode()), Ok(service));
+        assert_eq!(kind_name(KIND_SERVICE), "the driver's rendezvous service");
+        assert_eq!(kind_name(9), "an endpoint of unknown kind");
     }
 
     #[test]
