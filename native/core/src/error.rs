@@ -57,7 +57,9 @@ pub enum Error {
     },
 
     /// A peer speaks another wire-protocol version (another build of
-    /// horovod-rs), or is not a horovod-rs listener at all.
+    /// horovod-rs), is not a horovod-rs listener at all, or is the other kind
+    /// of endpoint: the driver's rendezvous service where a rank's listener
+    /// was expected, or the reverse.
     #[error("protocol mismatch with {peer}: {detail}")]
     VersionMismatch {
         /// The peer, e.g. "rank 0 at 10.0.0.1:4000".
@@ -77,8 +79,23 @@ pub enum Error {
         detail: String,
     },
 
+    /// The connection to the driver's rendezvous service was closed or reset
+    /// before it sent every rank's entry: the driver stopped the service (it
+    /// gave up on the job), or this rank registered again on another
+    /// connection.
+    #[error("connection to the driver's rendezvous service at {address} lost {context}")]
+    ServiceLost {
+        /// The service's "host:port".
+        address: String,
+        /// When it was lost, e.g. "while waiting for the other ranks to
+        /// register: the service closed the connection".
+        context: String,
+    },
+
     /// An argument is unusable: rank out of range, empty address list,
-    /// unparsable address, empty secret, zero timeout.
+    /// unparsable address, empty secret, zero timeout, an entry too long for
+    /// the rendezvous service; or the service refused this rank's arguments
+    /// (it runs a job of another size).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 

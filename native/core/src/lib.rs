@@ -1,16 +1,18 @@
 //! horovod-core: the transport and collectives of horovod-rs.
 //!
 //! Every Spark barrier task of a job is one rank. A rank binds a
-//! [`Listener`], the JVM exchanges the listeners' "host:port" strings among
-//! the ranks, and [`connect`] turns them into a [`Communicator`]: a full mesh
+//! [`Listener`] and exchanges its "host:port" with the other ranks through
+//! the [`RendezvousService`] the Spark driver runs ([`exchange_entries`]);
+//! [`connect`] then turns the addresses into a [`Communicator`]: a full mesh
 //! of TCP connections, each authenticated both ways with the per-job secret.
 //! The communicator then runs ring allreduce and barrier.
 //!
 //! Modules, one job each: `error` (what can fail), `auth` (HMAC
-//! challenge–response), `wire` (hello and header layouts), `rendezvous`
-//! (listener, connect, handshakes), `link` (one connection and its error
-//! mapping), `communicator` (collectives), `reduce` (operations and element
-//! types).
+//! challenge–response), `wire` (hello and header layouts),
+//! `rendezvous_service` (the driver's service gathering the ranks'
+//! addresses), `rendezvous` (listener, connect, handshakes), `link` (one
+//! connection and its error mapping), `communicator` (collectives), `reduce`
+//! (operations and element types).
 
 #![warn(missing_docs)]
 
@@ -20,9 +22,11 @@ mod error;
 mod link;
 mod reduce;
 mod rendezvous;
+mod rendezvous_service;
 mod wire;
 
 pub use communicator::{CommConfig, Communicator};
 pub use error::{Error, Result};
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};
+pub use rendezvous_service::{exchange_entries, RendezvousService};

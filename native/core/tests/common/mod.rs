@@ -269,6 +269,11 @@ pub fn say(line: impl std::fmt::Display) {
     let _ = out.flush();
 }
 
+/// The secret the parent gave this rank.
+pub fn secret() -> String {
+    var(SECRET_VAR).unwrap_or_default()
+}
+
 fn env_ms(key: &str) -> Duration {
     Duration::from_millis(var(key).and_then(|v| v.parse().ok()).unwrap_or(10_000))
 }
@@ -290,7 +295,7 @@ pub fn rendezvous(rank: usize) -> (Result<Communicator, Error>, Duration) {
         .read_line(&mut line)
         .expect("read addresses");
     let addresses: Vec<String> = line.trim().split(',').map(String::from).collect();
-    let secret = var(SECRET_VAR).unwrap_or_default();
+    let secret = secret();
     let started = Instant::now();
     let result = connect(listener, rank, &addresses, secret.as_bytes(), &config());
     (result, started.elapsed())
@@ -307,6 +312,7 @@ pub fn kind(error: &Error) -> &'static str {
         Error::Mismatch { .. } => "Mismatch",
         Error::InvalidArgument(_) => "InvalidArgument",
         Error::Unusable { .. } => "Unusable",
+        Error::ServiceLost { .. } => "ServiceLost",
     }
 }
 
