@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use horovod_core::{CommConfig, Communicator, Element, Listener, ReduceOp};
+use horovod_core::{
+    exchange_entries, CommConfig, Communicator, Element, Listener, ReduceOp, RendezvousService,
+};
 use jni::objects::{JByteArray, JClass, JPrimitiveArray, JString, TypeArray};
 use jni::sys::{jdouble, jfloat, jint, jlong};
 use jni::{Env, EnvUnowned};
@@ -17,6 +19,7 @@ use crate::handles::{borrow_mut, into_handle, take};
 
 const LISTENER: &str = "rendezvous listener";
 const COMMUNICATOR: &str = "communicator";
+const SERVICE: &str = "rendezvous service";
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_listen<'caller>(
@@ -86,8 +89,7 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
                 .map(str::to_owned)
                 .collect();
             let secret = env.convert_byte_array(&secret)?;
-            let rank = usize::try_from(rank)
-                .map_err(|_| JniError::InvalidArgument(format!("rank {rank} is negative")))?;
+            let rank = count(rank, "rank")?;
             let config = CommConfig {
                 connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
                 io_timeout: millis(io_timeout_ms, "io timeout")?,
@@ -189,4 +191,97 @@ fn millis(value: jlong, what: &str) -> Result<Duration, JniError> {
         .ok_or_else(|| {
             JniError::InvalidArgument(format!("{what} must be positive, got {value} ms"))
         })
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_startRendezvousService<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    bind_address: JString<'caller>,
+    secret: JByteArray<'caller>,
+    size: jint,
+) -> jlong {
+    unowned_env
+        .with_env(|env| -> Result<jlong, JniError> {
+            let bind_address = bind_address.try_to_string(env)?;
+            let secret = env.convert_byte_array(&secret)?;
+            let size = count(size, "size")?;
+            Ok(into_handle(RendezvousService::start(
+                &bind_address,
+                &secret,
+                size,
+            )?))
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_rendezvousServicePort<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    service: jlong,
+) -> jint {
+    unowned_env
+        .with_env(|_env| -> Result<jint, JniError> {
+            // SAFETY: Java passes a live service handle and serialises calls on it.
+            let service = unsafe { borrow_mut::<RendezvousService>(service, SERVICE)? };
+            Ok(jint::from(service.port()))
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_stopRendezvousService<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    service: jlong,
+) {
+    unowned_env
+        .with_env(|_env| -> Result<(), JniError> {
+            // SAFETY: Java gives the handle up here and never passes it again.
+            drop(unsafe { take::<RendezvousService>(service, SERVICE)? });
+            Ok(())
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+/// Registers this rank's entry with the driver's service and returns every
+/// rank's entry, one per line, in rank order.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_exchangeEntries<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    service_address: JString<'caller>,
+    secret: JByteArray<'caller>,
+    rank: jint,
+    size: jint,
+    attempt: jint,
+    entry: JString<'caller>,
+    timeout_ms: jlong,
+) -> JString<'caller> {
+    unowned_env
+        .with_env(|env| -> Result<JString<'caller>, JniError> {
+            let service_address = service_address.try_to_string(env)?;
+            let secret = env.convert_byte_array(&secret)?;
+            let entry = entry.try_to_string(env)?;
+            let entries = exchange_entries(
+                &service_address,
+                &secret,
+                count(rank, "rank")?,
+                count(size, "size")?,
+                u32::try_from(attempt).map_err(|_| {
+                    JniError::InvalidArgument(format!("stage attempt {attempt} is negative"))
+                })?,
+                &entry,
+                millis(timeout_ms, "rendezvous timeout")?,
+            )?;
+            Ok(JString::from_str(env, entries.join("\n"))?)
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+fn count(value: jint, what: &str) -> Result<usize, JniError> {
+    usize::try_from(value)
+        .map_err(|_| JniError::InvalidArgument(format!("{what} {value} is negative")))
 }

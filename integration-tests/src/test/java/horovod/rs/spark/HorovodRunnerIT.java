@@ -48,6 +48,15 @@ public class HorovodRunnerIT {
     }
 
     @Test(timeout = 120_000)
+    public void barrierAllGatherRendezvousWorksToo() {
+        HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf())
+                .withDriverRendezvous(false);
+        List<Double> sums = HorovodRunner.run(spark, 2,
+                ctx -> ctx.allreduce(new double[] {ctx.rank() + 1.0}, ReduceOp.SUM)[0], options);
+        assertEquals(List.of(3.0, 3.0), sums);
+    }
+
+    @Test(timeout = 120_000)
     public void floatAverageAndRankInfoComeBackInRankOrder() {
         List<String> results = HorovodRunner.run(spark, 2, ctx -> {
             float[] avg = ctx.allreduce(new float[] {ctx.rank() * 10f, 1f}, ReduceOp.AVERAGE);

@@ -11,8 +11,8 @@ import org.apache.spark.SparkConf;
 public final class HorovodConf<T> {
     public static final HorovodConf<Long> START_TIMEOUT_MS = time(
             "spark.horovod.rs.startTimeout", "600s",
-            "How long all ranks of a job may take to be scheduled and start; past it the job fails "
-                    + "with a message saying how many ranks started (Horovod's HOROVOD_SPARK_START_TIMEOUT).");
+            "How long a job may wait for task slots and for all its ranks to start; past it the job fails "
+                    + "saying how many slots or ranks there were (Horovod's `HOROVOD_SPARK_START_TIMEOUT`).");
     public static final HorovodConf<Long> CONNECT_TIMEOUT_MS = time(
             "spark.horovod.rs.connectTimeout", "120s",
             "How long a rank waits for every other rank to connect during rendezvous.");
@@ -24,9 +24,15 @@ public final class HorovodConf<T> {
             "GPUs requested for each rank's task; 0 runs on CPUs only.",
             (conf, key) -> Double.parseDouble(conf.get(key, "0")));
 
+    public static final HorovodConf<Boolean> DRIVER_RENDEZVOUS = new HorovodConf<>(
+            "spark.horovod.rs.driverRendezvous", "true",
+            "Ranks exchange addresses through a service on the driver (executors must reach the driver on "
+                    + "one more port); false uses Spark's barrier allGather, about a second slower per job.",
+            (conf, key) -> parseBoolean(conf.get(key, "true")));
+
     /** All keys, for documentation. */
-    public static final List<HorovodConf<?>> ALL =
-            List.of(START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK);
+    public static final List<HorovodConf<?>> ALL = List.of(
+            START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK, DRIVER_RENDEZVOUS);
 
     private final String key;
     private final String defaultValue;
@@ -42,6 +48,13 @@ public final class HorovodConf<T> {
 
     private static HorovodConf<Long> time(String key, String defaultValue, String doc) {
         return new HorovodConf<>(key, defaultValue, doc, (conf, k) -> conf.getTimeAsMs(k, defaultValue));
+    }
+
+    private static boolean parseBoolean(String value) {
+        if (value.equalsIgnoreCase("true") || value.equalsIgnoreCase("false")) {
+            return Boolean.parseBoolean(value);
+        }
+        throw new IllegalArgumentException("expected true or false");
     }
 
     public T get(SparkConf conf) {

@@ -29,6 +29,21 @@ final class HorovodNative {
     static native long connect(
             long listener, int rank, String addresses, byte[] secret, long connectTimeoutMs, long ioTimeoutMs);
 
+    /** Starts the driver's rendezvous service for a job of {@code size} ranks; returns its handle. */
+    static native long startRendezvousService(String bindAddress, byte[] secret, int size);
+
+    static native int rendezvousServicePort(long service);
+
+    static native void stopRendezvousService(long service);
+
+    /**
+     * Registers this rank's entry with the driver's service and waits for every rank's.
+     *
+     * @return the entries in rank order, separated by newlines
+     */
+    static native String exchangeEntries(String serviceAddress, byte[] secret, int rank, int size, int attempt,
+            String entry, long timeoutMs);
+
     static native void closeCommunicator(long communicator);
 
     static native void barrier(long communicator);

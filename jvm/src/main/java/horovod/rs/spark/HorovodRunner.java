@@ -59,11 +59,21 @@ public final class HorovodRunner {
             throw new IllegalArgumentException("numProc must be at least 1, got " + numProc);
         }
         SparkContext sc = spark.sparkContext();
-        RDD<RankOutcome> ranks = rankStage(sc, numProc, new RankTask<>(fn, numProc, newSecret(), options), options);
-        long deadline = System.nanoTime() + options.startTimeout().toNanos();
-        awaitSlots(sc, ranks, numProc, options, deadline);
-        RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options, deadline);
-        return resultsInRankOrder(outcomes, numProc);
+        byte[] secret = newSecret();
+        try (RendezvousService service = options.driverRendezvous() ? new RendezvousService(secret, numProc) : null) {
+            String serviceAddress = service == null ? null : driverHost(sc) + ":" + service.port();
+            RankTask<T> task = new RankTask<>(fn, numProc, secret, serviceAddress, options);
+            RDD<RankOutcome> ranks = rankStage(sc, numProc, task, options);
+            long deadline = System.nanoTime() + options.startTimeout().toNanos();
+            awaitSlots(sc, ranks, numProc, options, deadline);
+            RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options, deadline);
+            return resultsInRankOrder(outcomes, numProc);
+        }
+    }
+
+    /** The address executors reach the driver at; Spark sets it when the context starts. */
+    private static String driverHost(SparkContext sc) {
+        return sc.getConf().get("spark.driver.host");
     }
 
     private static <T> RDD<RankOutcome> rankStage(SparkContext sc, int numProc, RankTask<T> task,

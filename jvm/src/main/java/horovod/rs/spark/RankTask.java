@@ -13,11 +13,14 @@ import scala.runtime.AbstractFunction1;
 /**
  * The body of one barrier task: rendezvous, run the user's function, report.
  *
- * <p>Order matters: every rank must reach {@code allGather} exactly once, even when it cannot
- * open its listener, or the others would wait there forever. So a rank that fails before the
- * exchange still takes part, with an error instead of an address, and every rank then fails with
- * that error. Failures after the exchange become a {@link RankOutcome}, never a failed Spark task:
- * Spark retries failed barrier stages, which only repeats a user's error.
+ * <p>Order matters: every rank must take part in the address exchange exactly once, even when it
+ * cannot open its listener, or the others would wait for it until their timeout. So a rank that
+ * fails before the exchange still takes part, with an error instead of an address, and every rank
+ * then fails with that error. Failures after the exchange become a {@link RankOutcome}, never a
+ * failed Spark task: Spark retries failed barrier stages, which only repeats a user's error.
+ *
+ * <p>The exchange goes through the driver's {@link RendezvousService} when there is one, else
+ * through {@code BarrierTaskContext.allGather} (which costs about a second).
  */
 final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<RankOutcome>>
         implements Serializable {
@@ -30,11 +33,14 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
     private final byte[] secret;
     private final long connectTimeoutMs;
     private final long collectiveTimeoutMs;
+    /** The driver's rendezvous service, {@code host:port}; null to exchange with allGather. */
+    private final String serviceAddress;
 
-    RankTask(RankFunction<T> fn, int size, byte[] secret, HorovodRunOptions options) {
+    RankTask(RankFunction<T> fn, int size, byte[] secret, String serviceAddress, HorovodRunOptions options) {
         this.fn = fn;
         this.size = size;
         this.secret = secret.clone();
+        this.serviceAddress = serviceAddress;
         this.connectTimeoutMs = options.connectTimeout().toMillis();
         this.collectiveTimeoutMs = options.collectiveTimeout().toMillis();
     }
@@ -56,8 +62,8 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
         } catch (Throwable e) {
             myEntry = FAILED_PREFIX + e;
         }
-        List<String> entries = Arrays.asList(task.allGather(myEntry));
         try (NativeCommunicator.Listener owned = listener) {
+            List<String> entries = exchange(task, rank, myEntry);
             checkEveryRankListens(entries);
             List<String> hosts = hostsOf(entries);
             try (NativeCommunicator communicator =
@@ -69,6 +75,15 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
         } catch (Throwable e) {
             return RankOutcome.failure(rank, e);
         }
+    }
+
+    private List<String> exchange(BarrierTaskContext task, int rank, String myEntry) {
+        if (serviceAddress == null) {
+            return Arrays.asList(task.allGather(myEntry));
+        }
+        String entries = HorovodNative.exchangeEntries(serviceAddress, secret, rank, size,
+                task.stageAttemptNumber(), myEntry, connectTimeoutMs);
+        return Arrays.asList(entries.split("\n", -1));
     }
 
     private static void checkEveryRankListens(List<String> entries) {
