@@ -1,5 +1,6 @@
 package horovod.rs.examples;
 
+import horovod.rs.spark.HorovodRunOptions;
 import horovod.rs.spark.HorovodRunner;
 import horovod.rs.spark.ReduceOp;
 import java.io.Serializable;
@@ -14,7 +15,9 @@ import scala.runtime.AbstractFunction1;
 /**
  * Launch overhead of the Run API: the wall time of {@code HorovodRunner.run} with 2 ranks doing
  * one 4-float allreduce, on a cluster that is already up. One warm-up run, then 5 timed runs,
- * printed as CSV {@code impl,run,seconds}. Run with {@code make bench-launch}.
+ * printed as CSV {@code impl,run,seconds}, followed by the pieces launch time is made of: the
+ * Run API with Spark's allGather for rendezvous, a plain two-task Spark job, and a barrier stage
+ * that only calls allGather. Run with {@code make bench-launch}.
  */
 public final class LaunchBenchmark {
     private static final int RANKS = 2;
@@ -25,12 +28,14 @@ public final class LaunchBenchmark {
     public static void main(String[] args) {
         SparkSession spark = SparkSession.builder().appName("horovod-rs launch benchmark").getOrCreate();
         try {
+            HorovodRunOptions defaults = HorovodRunOptions.fromConf(spark.sparkContext().getConf());
             // Warm-up: executors registered, classes loaded, jars fetched.
-            launchOnce(spark);
+            launchOnce(spark, defaults);
             plainSparkJob(spark);
             barrierAllGather(spark);
             System.out.println("impl,run,seconds");
-            time("horovod-rs", () -> launchOnce(spark));
+            time("horovod-rs", () -> launchOnce(spark, defaults));
+            time("horovod-rs-allgather-rendezvous", () -> launchOnce(spark, defaults.withDriverRendezvous(false)));
             // Where the time goes: the same two tasks as a plain Spark job, and as a barrier
             // stage that only exchanges addresses with allGather, as the Run API's launch does.
             time("spark-job", () -> plainSparkJob(spark));
@@ -76,9 +81,9 @@ public final class LaunchBenchmark {
         }
     }
 
-    private static void launchOnce(SparkSession spark) {
-        float[] sum = HorovodRunner.run(spark, RANKS, ctx -> ctx.allreduce(new float[] {1, 2, 3, 4}, ReduceOp.SUM))
-                .get(0);
+    private static void launchOnce(SparkSession spark, HorovodRunOptions options) {
+        float[] sum = HorovodRunner.run(spark, RANKS,
+                ctx -> ctx.allreduce(new float[] {1, 2, 3, 4}, ReduceOp.SUM), options).get(0);
         if (sum[3] != 4 * RANKS) {
             throw new IllegalStateException("wrong allreduce result " + java.util.Arrays.toString(sum));
         }
