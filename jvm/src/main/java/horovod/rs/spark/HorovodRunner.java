@@ -60,7 +60,7 @@ public final class HorovodRunner {
         }
         SparkContext sc = spark.sparkContext();
         byte[] secret = newSecret();
-        try (RendezvousService service = options.driverRendezvous() ? new RendezvousService(secret, numProc) : null) {
+        try (RendezvousService service = options.driverRendezvous() ? RendezvousService.start(secret, numProc) : null) {
             String serviceAddress = service == null ? null : driverHost(sc) + ":" + service.port();
             RankTask<T> task = new RankTask<>(fn, numProc, secret, serviceAddress, options);
             RDD<RankOutcome> ranks = rankStage(sc, numProc, task, options);

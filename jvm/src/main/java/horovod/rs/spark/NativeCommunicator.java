@@ -8,19 +8,15 @@ import java.util.List;
  * <p>Calls are serialised on this object; {@link #close()} frees the native side once, and the
  * other ranks blocked on a collective with this one then fail fast instead of waiting.
  */
-final class NativeCommunicator implements AutoCloseable {
-    private long handle;
-
+final class NativeCommunicator extends NativeHandle {
     private NativeCommunicator(long handle) {
-        this.handle = handle;
+        super("communicator (collectives are only possible inside the rank function)", handle);
     }
 
     /** Rendezvous listener: bound before the addresses are exchanged, consumed by connect. */
-    static final class Listener implements AutoCloseable {
-        private long handle;
-
+    static final class Listener extends NativeHandle {
         Listener(String bindAddress) {
-            this.handle = HorovodNative.listen(bindAddress);
+            super("rendezvous listener", HorovodNative.listen(bindAddress));
         }
 
         synchronized int port() {
@@ -30,26 +26,13 @@ final class NativeCommunicator implements AutoCloseable {
         /** Connects to every rank; the listener is used up whether this succeeds or not. */
         synchronized NativeCommunicator connect(
                 int rank, List<String> addresses, byte[] secret, long connectTimeoutMs, long ioTimeoutMs) {
-            long listener = live();
-            handle = 0;
             return new NativeCommunicator(HorovodNative.connect(
-                    listener, rank, String.join("\n", addresses), secret, connectTimeoutMs, ioTimeoutMs));
-        }
-
-        private long live() {
-            if (handle == 0) {
-                throw new IllegalStateException("the rendezvous listener is closed");
-            }
-            return handle;
+                    release(), rank, String.join("\n", addresses), secret, connectTimeoutMs, ioTimeoutMs));
         }
 
         @Override
-        public synchronized void close() {
-            if (handle != 0) {
-                long listener = handle;
-                handle = 0;
-                HorovodNative.closeListener(listener);
-            }
+        void free(long handle) {
+            HorovodNative.closeListener(handle);
         }
     }
 
@@ -65,19 +48,8 @@ final class NativeCommunicator implements AutoCloseable {
         HorovodNative.barrier(live());
     }
 
-    private long live() {
-        if (handle == 0) {
-            throw new IllegalStateException("the communicator is closed: collectives are only possible inside the rank function");
-        }
-        return handle;
-    }
-
     @Override
-    public synchronized void close() {
-        if (handle != 0) {
-            long communicator = handle;
-            handle = 0;
-            HorovodNative.closeCommunicator(communicator);
-        }
+    void free(long handle) {
+        HorovodNative.closeCommunicator(handle);
     }
 }

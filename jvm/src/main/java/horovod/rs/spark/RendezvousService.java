@@ -8,27 +8,22 @@ package horovod.rs.spark;
  * job because Spark polls barrier RPCs with a one-second sleep. Connections to it are
  * authenticated with the job's secret, like connections between ranks.
  */
-final class RendezvousService implements AutoCloseable {
-    private long handle;
+final class RendezvousService extends NativeHandle {
+    private RendezvousService(long handle) {
+        super("rendezvous service", handle);
+    }
 
-    RendezvousService(byte[] secret, int size) {
+    static RendezvousService start(byte[] secret, int size) {
         NativeLibrary.load();
-        this.handle = HorovodNative.startRendezvousService("0.0.0.0:0", secret, size);
+        return new RendezvousService(HorovodNative.startRendezvousService("0.0.0.0:0", secret, size));
     }
 
     synchronized int port() {
-        if (handle == 0) {
-            throw new IllegalStateException("the rendezvous service is stopped");
-        }
-        return HorovodNative.rendezvousServicePort(handle);
+        return HorovodNative.rendezvousServicePort(live());
     }
 
     @Override
-    public synchronized void close() {
-        if (handle != 0) {
-            long service = handle;
-            handle = 0;
-            HorovodNative.stopRendezvousService(service);
-        }
+    void free(long handle) {
+        HorovodNative.stopRendezvousService(handle);
     }
 }
