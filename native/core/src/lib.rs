@@ -5,19 +5,24 @@
 //! the [`RendezvousService`] the Spark driver runs ([`exchange_entries`]);
 //! [`connect`] then turns the addresses into a [`Communicator`]: a full mesh
 //! of TCP connections, each authenticated both ways with the per-job secret.
-//! The communicator then runs ring allreduce and barrier.
+//! The communicator then runs Horovod's collectives: allreduce (with scale
+//! factors, fp16 compression, grouped, or on untyped bytes), allgather,
+//! broadcast, alltoall, reducescatter and barrier, on eight element types
+//! ([`Element`], or [`DataType`] at run time).
 //!
 //! Modules, one job each: `error` (what can fail), `auth` (HMAC
 //! challenge–response), `wire` (hello and header layouts),
 //! `rendezvous_service` (the driver's service gathering the ranks'
 //! addresses), `rendezvous` (listener, connect, handshakes), `link` (one
-//! connection and its error mapping), `communicator` (collectives), `reduce`
-//! (operations and element types).
+//! connection and its error mapping), `communicator` (ring allreduce and
+//! barrier), `collectives` (the other collectives, one module each), `reduce`
+//! (operations and element types), `dtype` (element types at run time).
 
 #![warn(missing_docs)]
 
 mod auth;
 mod communicator;
+mod dtype;
 mod error;
 mod link;
 mod reduce;
@@ -26,7 +31,11 @@ mod rendezvous_service;
 mod wire;
 
 pub use communicator::{CommConfig, Communicator};
+pub use dtype::DataType;
 pub use error::{Error, Result};
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};
 pub use rendezvous_service::{exchange_entries, RendezvousService};
+
+/// The half-precision element types, from the `half` crate.
+pub use half::{bf16, f16};
