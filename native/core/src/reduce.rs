@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn bytes_are_viewed_as_elements_only_when_aligned_and_whole() {
-        let mut storage = [0u64; 3];
+        let mut storage = [0i64; 3];
         let bytes = as_bytes_mut(&mut storage);
         assert_eq!(as_elements_mut::<f64>(bytes).map(|e| e.len()), Some(3));
         assert!(as_elements_mut::<f64>(&mut bytes[1..17]).is_none());
