@@ -69,7 +69,7 @@ pub struct Communicator {
     /// `links[r]` is the connection to rank `r`; `None` at this rank's index.
     links: Vec<Option<Link>>,
     /// Number of collectives started, the sequence number of the next one.
-    seq: u64,
+    pub(crate) seq: u64,
     /// Message of the failure that broke this communicator.
     failure: Option<String>,
 }
@@ -147,7 +147,7 @@ impl Communicator {
         Ok(())
     }
 
-    fn check_usable(&self) -> Result<()> {
+    pub(crate) fn check_usable(&self) -> Result<()> {
         match &self.failure {
             Some(cause) => Err(Error::Unusable {
                 cause: cause.clone(),
@@ -158,7 +158,7 @@ impl Communicator {
 
     /// On failure, closes every connection so peers fail fast, and remembers
     /// why so later calls report it.
-    fn settle(&mut self, result: Result<()>) -> Result<()> {
+    pub(crate) fn settle<R>(&mut self, result: Result<R>) -> Result<R> {
         if let Err(error) = &result {
             debug!(
                 "rank {}: collective failed, closing connections: {error}",
@@ -176,7 +176,7 @@ impl Communicator {
         }
     }
 
-    fn link(&self, rank: usize) -> Result<&Link> {
+    pub(crate) fn link(&self, rank: usize) -> Result<&Link> {
         self.links
             .get(rank)
             .and_then(Option::as_ref)
@@ -270,7 +270,11 @@ fn ring_allreduce<T: Element>(
 }
 
 /// Borrows two disjoint segments of `data`, one to read and one to write.
-fn split_pair<T>(data: &mut [T], read: Range<usize>, write: Range<usize>) -> (&[T], &mut [T]) {
+pub(crate) fn split_pair<T>(
+    data: &mut [T],
+    read: Range<usize>,
+    write: Range<usize>,
+) -> (&[T], &mut [T]) {
     if read.end <= write.start {
         let (head, tail) = data.split_at_mut(write.start);
         (&head[read], &mut tail[..write.end - write.start])

@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod auth;
+mod collectives;
 mod communicator;
 mod dtype;
 mod error;
@@ -30,6 +31,7 @@ mod rendezvous;
 mod rendezvous_service;
 mod wire;
 
+pub use collectives::{AllreduceOptions, Compression};
 pub use communicator::{CommConfig, Communicator};
 pub use dtype::DataType;
 pub use error::{Error, Result};

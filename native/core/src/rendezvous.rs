@@ -832,7 +832,7 @@ mod tests {
 
     #[test]
     fn other_protocol_version_is_named() {
-        // A fake acceptor of version 2 answering a real connector.
+        // A fake acceptor of another version answering a real connector.
         let fake = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = fake.local_addr().unwrap().to_string();
         let server = thread::spawn(move || {
@@ -840,7 +840,7 @@ mod tests {
             let mut hello = [0u8; HELLO_LEN];
             s.read_exact(&mut hello).unwrap();
             let mut answer = Hello::new(0, 2, [1u8; auth::NONCE_LEN]).encode();
-            answer[8..10].copy_from_slice(&2u16.to_le_bytes());
+            answer[8..10].copy_from_slice(&99u16.to_le_bytes());
             s.write_all(&answer).unwrap();
         });
         let err = rank1(&address, b"secret").unwrap_err();
@@ -848,7 +848,7 @@ mod tests {
         assert!(matches!(err, Error::VersionMismatch { .. }), "{err}");
         assert!(
             err.to_string()
-                .contains("speaks protocol version 2, this library speaks 1"),
+                .contains("speaks protocol version 99, this library speaks "),
             "{err}"
         );
     }

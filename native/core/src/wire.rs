@@ -13,7 +13,7 @@
 //!   their hellos are unchanged.
 //! * A collective header opens every collective on every connection it uses,
 //!   so ranks that call different collectives (another operation, element
-//!   type or length) stop with an error instead of exchanging garbage.
+//!   type, length or root) stop with an error instead of exchanging garbage.
 //!
 //! Element data itself is raw native-endian bytes with no framing: both sides
 //! derive every message length from the header they agreed on.
@@ -24,7 +24,7 @@ use crate::reduce::{type_name, ReduceOp};
 /// First bytes of every hello.
 pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
 /// Version of this protocol; any change to the bytes exchanged bumps it.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 /// Magic plus version: the part of the hello every version shares.
 pub(crate) const PREFIX_LEN: usize = 10;
 /// Length of a whole hello of this version.
@@ -153,6 +153,48 @@ impl Hello {
 pub(crate) enum Kind {
     Allreduce,
     Barrier,
+    Allgather,
+    Broadcast,
+    Alltoall,
+    Reducescatter,
+    GroupedAllreduce,
+}
+
+impl Kind {
+    const ALL: [Kind; 7] = [
+        Kind::Allreduce,
+        Kind::Barrier,
+        Kind::Allgather,
+        Kind::Broadcast,
+        Kind::Alltoall,
+        Kind::Reducescatter,
+        Kind::GroupedAllreduce,
+    ];
+
+    fn code(self) -> u8 {
+        match self {
+            Kind::Allreduce => 1,
+            Kind::Barrier => 2,
+            Kind::Allgather => 3,
+            Kind::Broadcast => 4,
+            Kind::Alltoall => 5,
+            Kind::Reducescatter => 6,
+            Kind::GroupedAllreduce => 7,
+        }
+    }
+
+    /// The name in messages, also used as the "during" of I/O errors.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Allreduce => "allreduce",
+            Kind::Barrier => "barrier",
+            Kind::Allgather => "allgather",
+            Kind::Broadcast => "broadcast",
+            Kind::Alltoall => "alltoall",
+            Kind::Reducescatter => "reducescatter",
+            Kind::GroupedAllreduce => "grouped allreduce",
+        }
+    }
 }
 
 /// The header that opens a collective on a connection. Both ends send theirs
@@ -164,39 +206,47 @@ pub(crate) struct Header {
     pub kind: u8,
     /// Element type code (0 for a barrier).
     pub dtype: u8,
-    /// Reduce-operation code (0 for a barrier).
+    /// Reduce-operation code (0 for a barrier and for collectives that do
+    /// not reduce).
     pub op: u8,
-    /// Number of elements (0 for a barrier).
+    /// Kind-specific: the root of a broadcast, the number of tensors of a
+    /// grouped allreduce, 0 otherwise.
+    pub aux: u32,
+    /// Number of elements (0 for a barrier, and for allgather and alltoall,
+    /// whose ranks contribute different counts).
     pub count: u64,
 }
 
 impl Header {
     pub(crate) fn allreduce(seq: u64, dtype: u8, op: ReduceOp, count: usize) -> Header {
+        Header::new(seq, Kind::Allreduce, dtype, Some(op), count, 0)
+    }
+
+    pub(crate) fn barrier(seq: u64) -> Header {
+        Header::new(seq, Kind::Barrier, 0, None, 0, 0)
+    }
+
+    /// A header of any kind.
+    pub(crate) fn new(
+        seq: u64,
+        kind: Kind,
+        dtype: u8,
+        op: Option<ReduceOp>,
+        count: usize,
+        aux: u32,
+    ) -> Header {
         Header {
             seq,
-            kind: 1,
+            kind: kind.code(),
             dtype,
-            op: op.code(),
+            op: op.map_or(0, ReduceOp::code),
+            aux,
             count: count as u64,
         }
     }
 
-    pub(crate) fn barrier(seq: u64) -> Header {
-        Header {
-            seq,
-            kind: 2,
-            dtype: 0,
-            op: 0,
-            count: 0,
-        }
-    }
-
     fn kind(&self) -> Option<Kind> {
-        match self.kind {
-            1 => Some(Kind::Allreduce),
-            2 => Some(Kind::Barrier),
-            _ => None,
-        }
+        Kind::ALL.into_iter().find(|k| k.code() == self.kind)
     }
 
     pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
@@ -205,7 +255,8 @@ impl Header {
         out[8] = self.kind;
         out[9] = self.dtype;
         out[10] = self.op;
-        // out[11..16] is reserved and zero.
+        // out[11] is reserved and zero.
+        out[12..16].copy_from_slice(&self.aux.to_le_bytes());
         out[16..].copy_from_slice(&self.count.to_le_bytes());
         out
     }
@@ -221,21 +272,41 @@ impl Header {
             kind: bytes[8],
             dtype: bytes[9],
             op: bytes[10],
+            aux: u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
             count: u64_at(16),
         }
     }
 
     /// E.g. "allreduce of 10 f32 (SUM) as collective #3".
     pub(crate) fn describe(&self) -> String {
+        let dtype = || {
+            type_name(self.dtype).map_or_else(|| format!("type #{}", self.dtype), str::to_string)
+        };
+        let op = || {
+            ReduceOp::from_code(self.op)
+                .map_or_else(|| format!("op #{}", self.op), |op| op.name().to_string())
+        };
         let what = match self.kind() {
-            Some(Kind::Allreduce) => {
-                let dtype = type_name(self.dtype)
-                    .map_or_else(|| format!("type #{}", self.dtype), str::to_string);
-                let op = ReduceOp::from_code(self.op)
-                    .map_or_else(|| format!("op #{}", self.op), |op| op.name().to_string());
-                format!("allreduce of {} {dtype} ({op})", self.count)
-            }
             Some(Kind::Barrier) => "barrier".to_string(),
+            Some(kind @ (Kind::Allreduce | Kind::Reducescatter)) => {
+                format!("{} of {} {} ({})", kind.name(), self.count, dtype(), op())
+            }
+            Some(kind @ (Kind::Allgather | Kind::Alltoall)) => {
+                format!("{} of {}", kind.name(), dtype())
+            }
+            Some(Kind::Broadcast) => format!(
+                "broadcast of {} {} from rank {}",
+                self.count,
+                dtype(),
+                self.aux
+            ),
+            Some(Kind::GroupedAllreduce) => format!(
+                "grouped allreduce of {} tensors, {} {} in all ({})",
+                self.aux,
+                self.count,
+                dtype(),
+                op()
+            ),
             None => format!("unknown collective #{}", self.kind),
         };
         format!("{what} as collective #{}", self.seq)
@@ -278,5 +349,18 @@ mod tests {
         );
         assert_eq!(Header::barrier(0).describe(), "barrier as collective #0");
         assert_ne!(Header::barrier(0).encode(), Header::barrier(1).encode());
+        let broadcast = Header::new(5, Kind::Broadcast, 2, None, 7, 3);
+        assert_eq!(Header::decode(&broadcast.encode()), broadcast);
+        assert_eq!(
+            broadcast.describe(),
+            "broadcast of 7 f64 from rank 3 as collective #5"
+        );
+        let grouped = Header::new(1, Kind::GroupedAllreduce, 7, Some(ReduceOp::Max), 9, 2);
+        assert_eq!(
+            grouped.describe(),
+            "grouped allreduce of 2 tensors, 9 f16 in all (MAX) as collective #1"
+        );
+        let gather = Header::new(0, Kind::Allgather, 5, None, 0, 0);
+        assert_eq!(gather.describe(), "allgather of u8 as collective #0");
     }
 }

@@ -1,0 +1,199 @@
+//! Horovod's collectives beyond ring allreduce and barrier: allgather,
+//! broadcast, alltoall, reducescatter, grouped allreduce, and allreduce with
+//! scale factors, compression or untyped bytes. One module per collective,
+//! each an `impl Communicator` block.
+//!
+//! Every collective here opens with [`Communicator::agree`]: each rank sends
+//! its header to every other rank and reads every other rank's header before
+//! comparing, so ranks that call different collectives, element types,
+//! lengths, operations or roots all fail with `Mismatch` naming a rank that
+//! disagrees — every rank, not only the neighbours of the odd one out, and
+//! never after a wait for a timeout. Counts that may differ per rank (an
+//! allgather's contribution, an alltoall's splits) are exchanged right after.
+//!
+//! Invariant: a rank only starts the data phase once it has read every
+//! peer's header, so no peer can be left blocked writing data this rank will
+//! never read; and in every data step a send larger than
+//! [`INLINE_SEND_MAX`] runs on its own thread, concurrently with the
+//! receive, so no cycle of blocked writers can form.
+
+mod allgather;
+mod alltoall;
+mod broadcast;
+mod options;
+mod reducescatter;
+
+pub use options::{AllreduceOptions, Compression};
+
+use std::ops::Range;
+use std::thread;
+
+use crate::communicator::Communicator;
+use crate::error::{Error, FirstError, Result};
+use crate::link::Link;
+use crate::wire::{Header, Kind, HEADER_LEN};
+
+/// Messages up to this many bytes are written before receiving, on the
+/// calling thread: far below any TCP buffer, so such a write never blocks.
+const INLINE_SEND_MAX: usize = 4096;
+
+impl Communicator {
+    /// Runs collective `body` with the next sequence number; on failure the
+    /// communicator is closed, as for every collective.
+    pub(crate) fn collective<R>(
+        &mut self,
+        body: impl FnOnce(&Communicator, u64) -> Result<R>,
+    ) -> Result<R> {
+        self.check_usable()?;
+        let seq = self.seq;
+        self.seq += 1;
+        let result = body(self, seq);
+        self.settle(result)
+    }
+
+    /// Fails the collective that is starting (closing the communicator, so
+    /// peers fail fast instead of waiting) because of a bad argument.
+    pub(crate) fn refuse<R>(&mut self, message: String) -> Result<R> {
+        self.check_usable()?;
+        self.settle(Err(Error::InvalidArgument(message)))
+    }
+
+    /// Sends `ours` to every peer, reads every peer's header, and fails with
+    /// `Mismatch` naming the lowest rank whose header differs.
+    pub(crate) fn agree(&self, ours: &Header, kind: Kind) -> Result<()> {
+        let theirs = self.exchange_small(|_| ours.encode().to_vec(), HEADER_LEN, kind)?;
+        for (rank, bytes) in theirs.iter().enumerate() {
+            let mut fixed = [0u8; HEADER_LEN];
+            fixed.copy_from_slice(bytes);
+            let header = Header::decode(&fixed);
+            if rank != self.rank() && header != *ours {
+                return Err(Error::Mismatch {
+                    rank,
+                    detail: format!(
+                        "it called {} while this rank called {}",
+                        header.describe(),
+                        ours.describe()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `message(peer)` (exactly `len` bytes, at most
+    /// [`INLINE_SEND_MAX`]) to every peer, then receives `len` bytes from
+    /// every peer. Returns what each rank sent this one, with this rank's own
+    /// message at its index.
+    pub(crate) fn exchange_small(
+        &self,
+        message: impl Fn(usize) -> Vec<u8>,
+        len: usize,
+        kind: Kind,
+    ) -> Result<Vec<Vec<u8>>> {
+        debug_assert!(len <= INLINE_SEND_MAX);
+        let (n, r) = (self.size(), self.rank());
+        for peer in (0..n).filter(|&p| p != r) {
+            let bytes = message(peer);
+            debug_assert_eq!(bytes.len(), len);
+            self.link(peer)?.send(&bytes, kind.name())?;
+        }
+        let mut received = vec![vec![0u8; len]; n];
+        received[r] = message(r);
+        for (peer, buf) in received.iter_mut().enumerate() {
+            if peer != r {
+                self.link(peer)?.recv(buf, kind.name())?;
+            }
+        }
+        Ok(received)
+    }
+
+    /// Sends `u64` values, one per peer, and returns the one each peer sent
+    /// this rank (this rank's own at its index).
+    pub(crate) fn exchange_counts(
+        &self,
+        count: impl Fn(usize) -> usize,
+        kind: Kind,
+    ) -> Result<Vec<usize>> {
+        let received =
+            self.exchange_small(|peer| (count(peer) as u64).to_le_bytes().to_vec(), 8, kind)?;
+        received
+            .iter()
+            .enumerate()
+            .map(|(peer, bytes)| {
+                let mut fixed = [0u8; 8];
+                fixed.copy_from_slice(bytes);
+                usize::try_from(u64::from_le_bytes(fixed)).map_err(|_| Error::Mismatch {
+                    rank: peer,
+                    detail: format!(
+                        "it sent a count too large for this rank during {}",
+                        kind.name()
+                    ),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Sends `outgoing` on `to` while receiving `incoming` from `from` (either
+/// may be empty). If either side fails, both links are shut down to wake the
+/// other side, and the first error is returned.
+pub(crate) fn send_recv(
+    to: &Link,
+    outgoing: &[u8],
+    from: &Link,
+    incoming: &mut [u8],
+    kind: Kind,
+) -> Result<()> {
+    let during = kind.name();
+    if outgoing.len() <= INLINE_SEND_MAX {
+        to.send(outgoing, during)?;
+        return from.recv(incoming, during);
+    }
+    let first = FirstError::default();
+    thread::scope(|scope| {
+        let sender = thread::Builder::new()
+            .name("hvd-send".into())
+            .spawn_scoped(scope, || {
+                if let Err(e) = to.send(outgoing, during) {
+                    first.record(e);
+                    from.shutdown();
+                }
+            });
+        if let Err(e) = sender {
+            first.record(Error::io("spawning a sender thread", e));
+            return;
+        }
+        if let Err(e) = from.recv(incoming, during) {
+            first.record(e);
+            to.shutdown();
+        }
+    });
+    first.into_result()
+}
+
+/// The consecutive ranges `counts` cover, in order, starting at 0; `None`
+/// when their sum overflows.
+pub(crate) fn blocks(counts: &[usize]) -> Option<Vec<Range<usize>>> {
+    let mut start = 0usize;
+    counts
+        .iter()
+        .map(|&count| {
+            let end = start.checked_add(count)?;
+            let range = start..end;
+            start = end;
+            Some(range)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_consecutive_and_overflow_is_caught() {
+        assert_eq!(blocks(&[2, 0, 3]), Some(vec![0..2, 2..2, 2..5]));
+        assert_eq!(blocks(&[]), Some(vec![]));
+        assert_eq!(blocks(&[usize::MAX, 1]), None);
+    }
+}
