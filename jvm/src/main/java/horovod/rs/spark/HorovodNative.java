@@ -48,7 +48,18 @@ final class HorovodNative {
 
     static native void barrier(long communicator);
 
-    static native float[] allreduceFloat(long communicator, float[] data, String op);
+    /*
+     * The collectives take a byte[], int[], long[], float[] or double[] as data and return a new
+     * array of the same type.
+     */
 
-    static native double[] allreduceDouble(long communicator, double[] data, String op);
+    static native Object allreduce(long communicator, Object data, String op, double prescale, double postscale);
+
+    static native Object broadcast(long communicator, Object data, int root);
+
+    static native Object allgather(long communicator, Object data);
+
+    static native Object alltoall(long communicator, Object data, int[] splits);
+
+    static native Object reducescatter(long communicator, Object data, String op);
 }

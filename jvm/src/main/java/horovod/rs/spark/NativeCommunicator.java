@@ -36,12 +36,35 @@ final class NativeCommunicator extends NativeHandle {
         }
     }
 
-    synchronized float[] allreduce(float[] data, ReduceOp op) {
-        return HorovodNative.allreduceFloat(live(), data, op.name());
+    /*
+     * The collectives take a byte[], int[], long[], float[] or double[] as data and return a new
+     * array of the same type; arguments are checked by HorovodContext.
+     */
+
+    synchronized <A> A allreduce(A data, ReduceOp op, double prescale, double postscale) {
+        return sameType(data, HorovodNative.allreduce(live(), data, op.name(), prescale, postscale));
     }
 
-    synchronized double[] allreduce(double[] data, ReduceOp op) {
-        return HorovodNative.allreduceDouble(live(), data, op.name());
+    synchronized <A> A broadcast(A data, int root) {
+        return sameType(data, HorovodNative.broadcast(live(), data, root));
+    }
+
+    synchronized <A> A allgather(A data) {
+        return sameType(data, HorovodNative.allgather(live(), data));
+    }
+
+    synchronized <A> A alltoall(A data, int[] splits) {
+        return sameType(data, HorovodNative.alltoall(live(), data, splits));
+    }
+
+    synchronized <A> A reducescatter(A data, ReduceOp op) {
+        return sameType(data, HorovodNative.reducescatter(live(), data, op.name()));
+    }
+
+    /** The native side returns an array of its input's class; this checks it and types it so. */
+    @SuppressWarnings("unchecked")
+    private static <A> A sameType(A data, Object result) {
+        return (A) data.getClass().cast(result);
     }
 
     synchronized void barrier() {

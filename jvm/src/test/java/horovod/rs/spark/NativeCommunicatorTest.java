@@ -1,6 +1,7 @@
 package horovod.rs.spark;
 
 import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
@@ -10,6 +11,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BiFunction;
 import java.util.function.Function;
 import org.junit.AfterClass;
 import org.junit.Test;
@@ -25,7 +27,8 @@ public class NativeCommunicatorTest {
     }
 
     /** Runs {@code body} on {@code size} connected ranks and returns their results in rank order. */
-    private static <T> List<T> onRanks(int size, byte[][] secrets, Function<NativeCommunicator, T> body) throws Exception {
+    private static <T> List<T> onRanks(int size, byte[][] secrets, BiFunction<Integer, NativeCommunicator, T> body)
+            throws Exception {
         List<NativeCommunicator.Listener> listeners = new ArrayList<>();
         List<String> addresses = new ArrayList<>();
         for (int r = 0; r < size; r++) {
@@ -38,7 +41,7 @@ public class NativeCommunicatorTest {
             int rank = r;
             futures.add(POOL.submit(() -> {
                 try (NativeCommunicator comm = listeners.get(rank).connect(rank, addresses, secrets[rank], 5_000, 5_000)) {
-                    return body.apply(comm);
+                    return body.apply(rank, comm);
                 }
             }));
         }
@@ -52,11 +55,11 @@ public class NativeCommunicatorTest {
     @Test
     public void allreduceSumsFloatsAndDoublesAcrossRanks() throws Exception {
         byte[][] secrets = {SECRET, SECRET, SECRET};
-        List<double[]> doubles = onRanks(3, secrets, comm -> comm.allreduce(new double[] {1, 2, 3, 4}, ReduceOp.SUM));
+        List<double[]> doubles = onRanks(3, secrets, (rank, comm) -> comm.allreduce(new double[] {1, 2, 3, 4}, ReduceOp.SUM, 1.0, 1.0));
         for (double[] result : doubles) {
             assertArrayEquals(new double[] {3, 6, 9, 12}, result, 0.0);
         }
-        List<float[]> floats = onRanks(2, secrets, comm -> comm.allreduce(new float[] {2f, 4f}, ReduceOp.AVERAGE));
+        List<float[]> floats = onRanks(2, secrets, (rank, comm) -> comm.allreduce(new float[] {2f, 4f}, ReduceOp.AVERAGE, 1.0, 1.0));
         for (float[] result : floats) {
             assertArrayEquals(new float[] {2f, 4f}, result, 0f);
         }
@@ -66,7 +69,7 @@ public class NativeCommunicatorTest {
     public void aWrongSecretFailsWithAHorovodException() throws Exception {
         byte[][] secrets = {SECRET, "another-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8)};
         try {
-            onRanks(2, secrets, comm -> comm.allreduce(new float[] {1f}, ReduceOp.SUM));
+            onRanks(2, secrets, (rank, comm) -> comm.allreduce(new float[] {1f}, ReduceOp.SUM, 1.0, 1.0));
             fail("ranks with different secrets must not connect");
         } catch (java.util.concurrent.ExecutionException e) {
             assertTrue(String.valueOf(e.getCause()), e.getCause() instanceof HorovodException);
@@ -77,13 +80,132 @@ public class NativeCommunicatorTest {
     public void aClosedCommunicatorSaysSo() throws Exception {
         NativeCommunicator.Listener listener = new NativeCommunicator.Listener("127.0.0.1:0");
         NativeCommunicator comm = listener.connect(0, List.of("127.0.0.1:" + listener.port()), SECRET, 1_000, 1_000);
-        assertArrayEquals(new double[] {7}, comm.allreduce(new double[] {7}, ReduceOp.SUM), 0.0);
+        assertArrayEquals(new double[] {7}, comm.allreduce(new double[] {7}, ReduceOp.SUM, 1.0, 1.0), 0.0);
         comm.close();
         try {
-            comm.allreduce(new double[] {7}, ReduceOp.SUM);
+            comm.allreduce(new double[] {7}, ReduceOp.SUM, 1.0, 1.0);
             fail("a closed communicator must refuse collectives");
         } catch (IllegalStateException e) {
             assertTrue(e.getMessage(), e.getMessage().contains("closed"));
+        }
+    }
+
+    /** Runs {@code body} with a context on each of {@code size} connected ranks. */
+    private static <T> List<T> onContexts(int size, Function<HorovodContext, T> body) throws Exception {
+        byte[][] secrets = new byte[size][];
+        java.util.Arrays.fill(secrets, SECRET);
+        return onRanks(size, secrets, (rank, comm) -> body.apply(new HorovodContext(rank, size, rank, size, List.of(), comm)));
+    }
+
+    @Test
+    public void broadcastFromEveryRootGivesEveryRankTheRootsData() throws Exception {
+        for (int root = 0; root < 3; root++) {
+            int r0 = root;
+            List<String> results = onContexts(3, ctx -> {
+                int r = ctx.rank();
+                return java.util.Arrays.toString(ctx.broadcast(new float[] {r, r + 0.5f}, r0))
+                        + java.util.Arrays.toString(ctx.broadcast(new double[] {r * 2}, r0))
+                        + java.util.Arrays.toString(ctx.broadcast(new int[] {r, -r, 7}, r0))
+                        + java.util.Arrays.toString(ctx.broadcast(new long[] {r * 10_000_000_000L}, r0))
+                        + java.util.Arrays.toString(ctx.broadcast(new byte[] {(byte) r}, r0));
+            });
+            String expected = "[" + root + ".0, " + root + ".5][" + (root * 2.0) + "][" + root + ", " + (-root) + ", 7]["
+                    + (root * 10_000_000_000L) + "][" + root + "]";
+            assertEquals(List.of(expected, expected, expected), results);
+        }
+    }
+
+    @Test
+    public void allgatherConcatenatesArraysOfDifferentLengthsInRankOrder() throws Exception {
+        List<String> results = onContexts(3, ctx -> {
+            int[] mine = new int[ctx.rank()];  // rank 0 contributes nothing
+            java.util.Arrays.fill(mine, ctx.rank());
+            return java.util.Arrays.toString(ctx.allgather(mine))
+                    + java.util.Arrays.toString(ctx.allgather(new double[] {ctx.rank() / 2.0}))
+                    + java.util.Arrays.toString(ctx.allgather(new byte[ctx.rank() == 1 ? 2 : 0]));
+        });
+        String expected = "[1, 2, 2][0.0, 0.5, 1.0][0, 0]";
+        assertEquals(List.of(expected, expected, expected), results);
+    }
+
+    @Test
+    public void alltoallSendsEachRankItsSplit() throws Exception {
+        // Rank r sends r + 1 copies of (10 * r + destination) to each destination but rank 0, which gets none.
+        List<long[]> results = onContexts(3, ctx -> {
+            int r = ctx.rank();
+            long[] data = new long[2 * (r + 1)];
+            for (int i = 0; i < data.length; i++) {
+                data[i] = 10L * r + 1 + i / (r + 1);
+            }
+            return ctx.alltoall(data, new int[] {0, r + 1, r + 1});
+        });
+        assertArrayEquals(new long[] {}, results.get(0));
+        assertArrayEquals(new long[] {1, 11, 11, 21, 21, 21}, results.get(1));
+        assertArrayEquals(new long[] {2, 12, 12, 22, 22, 22}, results.get(2));
+    }
+
+    @Test
+    public void reducescatterGivesEachRankItsPartAndEarlierRanksTheExtra() throws Exception {
+        List<float[]> results = onContexts(3, ctx -> ctx.reducescatter(new float[] {1, 2, 3, 4, 5, 6, 7}, ReduceOp.SUM));
+        assertArrayEquals(new float[] {3, 6, 9}, results.get(0), 0f);
+        assertArrayEquals(new float[] {12, 15}, results.get(1), 0f);
+        assertArrayEquals(new float[] {18, 21}, results.get(2), 0f);
+        List<int[]> ints = onContexts(2, ctx -> ctx.reducescatter(new int[] {ctx.rank(), 5, -ctx.rank()}, ReduceOp.MAX));
+        assertArrayEquals(new int[] {1, 5}, ints.get(0));
+        assertArrayEquals(new int[] {0}, ints.get(1));
+    }
+
+    @Test
+    public void allreduceTakesIntegersAndScaleFactors() throws Exception {
+        List<String> results = onContexts(2, ctx -> {
+            int r = ctx.rank();
+            return java.util.Arrays.toString(ctx.allreduce(new int[] {r + 1, Integer.MAX_VALUE}, ReduceOp.SUM))
+                    + java.util.Arrays.toString(ctx.allreduce(new long[] {r - 5L}, ReduceOp.MIN))
+                    + java.util.Arrays.toString(ctx.allreduce(new byte[] {(byte) (r + 2)}, ReduceOp.PRODUCT))
+                    + java.util.Arrays.toString(ctx.allreduce(new double[] {r + 1}, ReduceOp.SUM, 0.5, 10))
+                    + java.util.Arrays.toString(ctx.allreduce(new float[] {r + 1}, ReduceOp.AVERAGE, 2, 1));
+        });
+        String expected = "[3, -2][-5][6][15.0][3.0]";
+        assertEquals(List.of(expected, expected), results);
+    }
+
+    @Test
+    public void disagreeingRanksAllFailNamingTheOther() throws Exception {
+        List<String> results = onContexts(2, ctx -> {
+            try {
+                ctx.broadcast(new int[] {1}, ctx.rank());  // each rank names itself the root
+                return "no error";
+            } catch (HorovodException e) {
+                return e.getMessage();
+            }
+        });
+        assertTrue(results.get(0), results.get(0).startsWith("rank 1 disagrees with this rank"));
+        assertTrue(results.get(1), results.get(1).startsWith("rank 0 disagrees with this rank"));
+    }
+
+    @Test
+    public void badArgumentsAreRejectedWithClearMessages() throws Exception {
+        onContexts(1, ctx -> {
+            assertRejected("broadcast root 1 is not a rank of this job of 1 ranks", () -> ctx.broadcast(new int[1], 1));
+            assertRejected("broadcast root -1 is not a rank", () -> ctx.broadcast(new int[1], -1));
+            assertRejected("alltoall needs one split per rank: got 2 splits for 1 ranks",
+                    () -> ctx.alltoall(new int[2], new int[] {1, 1}));
+            assertRejected("alltoall splits must not be negative", () -> ctx.alltoall(new int[0], new int[] {-1}));
+            assertRejected("alltoall splits [3] add up to 3, not to the data's 2 elements",
+                    () -> ctx.alltoall(new int[2], new int[] {3}));
+            assertRejected("allgather data must not be null", () -> ctx.allgather((float[]) null));
+            assertRejected("alltoall splits must not be null", () -> ctx.alltoall(new long[0], null));
+            assertRejected("reducescatter op must not be null", () -> ctx.reducescatter(new double[0], null));
+            return null;
+        });
+    }
+
+    private static void assertRejected(String messageStart, Runnable call) {
+        try {
+            call.run();
+            fail("expected a rejection: " + messageStart);
+        } catch (IllegalArgumentException | NullPointerException | HorovodException e) {
+            assertTrue(e.getMessage(), e.getMessage().contains(messageStart));
         }
     }
 }
