@@ -48,6 +48,19 @@ public class HorovodRunnerIT {
     }
 
     @Test(timeout = 120_000)
+    public void broadcastFromRankOneAndAllgatherOfDifferentLengths() {
+        List<String> results = HorovodRunner.run(spark, 2, ctx -> {
+            double[] weights = ctx.broadcast(new double[] {ctx.rank(), ctx.rank() * 2.0}, 1);
+            long[] mine = new long[ctx.rank() + 1];  // rank 0 gives one element, rank 1 two
+            java.util.Arrays.fill(mine, 10L * (ctx.rank() + 1));
+            long[] gathered = ctx.allgather(mine);
+            return java.util.Arrays.toString(weights) + " " + java.util.Arrays.toString(gathered);
+        });
+        String expected = "[1.0, 2.0] [10, 20, 20]";
+        assertEquals(List.of(expected, expected), results);
+    }
+
+    @Test(timeout = 120_000)
     public void barrierAllGatherRendezvousWorksToo() {
         HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf())
                 .withDriverRendezvous(false);
