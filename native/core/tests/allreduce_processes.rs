@@ -159,14 +159,7 @@ fn child_entry() {
 }
 
 fn run_matrix(size: usize) {
-    let mut job = Job::start("matrix", common::specs(size));
-    job.send_all();
-    for (rank, lines) in job.finish(Duration::from_secs(120)).iter().enumerate() {
-        assert!(
-            lines.last().is_some_and(|l| l.starts_with("OK ")),
-            "rank {rank} of {size}: {lines:?}"
-        );
-    }
+    common::run_all_ok("matrix", size);
 }
 
 #[test]

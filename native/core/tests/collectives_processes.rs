@@ -9,9 +9,8 @@
 mod common;
 
 use std::ops::Range;
-use std::time::Duration;
 
-use common::{say, say_err, Job};
+use common::say;
 use horovod_core::{
     bf16, f16, AllreduceOptions, Communicator, Compression, DataType, Element, ReduceOp,
 };
@@ -311,12 +310,8 @@ fn matrix(comm: &mut Communicator) -> Outcome {
 /// Entry point of the rank processes; a no-op in the parent.
 #[test]
 fn child_entry() {
-    let Some(rank) = common::child_rank() else {
+    let Some(mut comm) = common::connected_child() else {
         return;
-    };
-    let mut comm = match common::rendezvous(rank) {
-        (Ok(comm), _) => comm,
-        (Err(e), _) => return say_err(&e),
     };
     match common::scenario().as_str() {
         "collectives" => match matrix(&mut comm) {
@@ -328,15 +323,7 @@ fn child_entry() {
 }
 
 fn run_matrix(size: usize) {
-    let mut job = Job::start("collectives", common::specs(size));
-    job.send_all();
-    for (rank, lines) in job.finish(Duration::from_secs(120)).iter().enumerate() {
-        assert_eq!(
-            lines.last().map(String::as_str),
-            Some("OK"),
-            "rank {rank} of {size}: {lines:?}"
-        );
-    }
+    common::run_all_ok("collectives", size);
 }
 
 #[test]

@@ -233,6 +233,19 @@ impl Drop for Job {
     }
 }
 
+/// Runs `scenario` on `size` ranks with the defaults and requires every
+/// rank's last line to start with "OK".
+pub fn run_all_ok(scenario: &str, size: usize) {
+    let mut job = Job::start(scenario, specs(size));
+    job.send_all();
+    for (rank, lines) in job.finish(Duration::from_secs(120)).iter().enumerate() {
+        assert!(
+            lines.last().is_some_and(|l| l.starts_with("OK")),
+            "{scenario}: rank {rank} of {size}: {lines:?}"
+        );
+    }
+}
+
 /// Specs for `size` ranks with the defaults.
 pub fn specs(size: usize) -> Vec<RankSpec> {
     vec![RankSpec::default(); size]
@@ -299,6 +312,19 @@ pub fn rendezvous(rank: usize) -> (Result<Communicator, Error>, Duration) {
     let started = Instant::now();
     let result = connect(listener, rank, &addresses, secret.as_bytes(), &config());
     (result, started.elapsed())
+}
+
+/// In a child process, rendezvous and return the communicator; `None` in
+/// the parent, or after reporting a failed rendezvous to it.
+pub fn connected_child() -> Option<Communicator> {
+    let rank = child_rank()?;
+    match rendezvous(rank) {
+        (Ok(comm), _) => Some(comm),
+        (Err(e), _) => {
+            say_err(&e);
+            None
+        }
+    }
 }
 
 /// Variant name of an error, for "ERR <kind> <message>" lines.
