@@ -8,6 +8,7 @@
 
 use std::io;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 /// Result of every fallible operation of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -106,6 +107,62 @@ pub enum Error {
         /// The message of the failure that broke the communicator.
         cause: String,
     },
+
+    /// Ranks submitted the same tensor name to the engine with different
+    /// collectives, element types or shapes; every rank's handle for it
+    /// fails with this error.
+    #[error("tensor '{name}' was submitted differently across ranks: {detail}")]
+    TensorMismatch {
+        /// The tensor.
+        name: String,
+        /// What differs, on which ranks.
+        detail: String,
+    },
+
+    /// A tensor was submitted to the engine by some ranks but not by
+    /// `missing` within the engine's stall timeout; the ranks that submitted
+    /// it fail it with this error.
+    #[error("tensor '{name}' stalled: ranks {missing:?} did not submit it within {waited:?}")]
+    Stalled {
+        /// The tensor.
+        name: String,
+        /// Ranks that never submitted it.
+        missing: Vec<usize>,
+        /// How long the first rank that submitted it had waited.
+        waited: Duration,
+    },
+
+    /// A tensor name was submitted to the engine while an earlier
+    /// submission of the same name on this rank was still in flight.
+    #[error("tensor '{name}' is already in flight on this rank")]
+    DuplicateName {
+        /// The tensor.
+        name: String,
+    },
+
+    /// The engine's background thread has stopped: it was shut down (on this
+    /// or another rank) or its transport failed; `cause` says which.
+    #[error("the engine has stopped: {cause}")]
+    EngineStopped {
+        /// Why it stopped.
+        cause: String,
+    },
+
+    /// The transport the engine runs on cannot execute this collective or
+    /// element type (yet); every rank fails the tensor the same way.
+    #[error("not supported by this transport: {what}")]
+    Unsupported {
+        /// The collective and element type.
+        what: String,
+    },
+
+    /// A control message of the engine could not be decoded: a rank runs
+    /// another build, or the bytes were corrupted.
+    #[error("malformed control message: {detail}")]
+    ControlMessage {
+        /// Which message, and what is wrong with it.
+        detail: String,
+    },
 }
 
 impl Error {
@@ -113,6 +170,65 @@ impl Error {
     /// the consequence of a failure on that peer rather than a root cause.
     pub fn is_peer_lost(&self) -> bool {
         matches!(self, Error::PeerLost { .. })
+    }
+
+    /// A copy of this error, for delivering one failure to several waiters
+    /// (an I/O error keeps its kind and message).
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Io { context, source } => Error::Io {
+                context: context.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::PeerLost { rank, context } => Error::PeerLost {
+                rank: *rank,
+                context: context.clone(),
+            },
+            Error::Timeout { what, rank } => Error::Timeout {
+                what: what.clone(),
+                rank: *rank,
+            },
+            Error::AuthFailed { detail } => Error::AuthFailed {
+                detail: detail.clone(),
+            },
+            Error::VersionMismatch { peer, detail } => Error::VersionMismatch {
+                peer: peer.clone(),
+                detail: detail.clone(),
+            },
+            Error::Mismatch { rank, detail } => Error::Mismatch {
+                rank: *rank,
+                detail: detail.clone(),
+            },
+            Error::ServiceLost { address, context } => Error::ServiceLost {
+                address: address.clone(),
+                context: context.clone(),
+            },
+            Error::InvalidArgument(detail) => Error::InvalidArgument(detail.clone()),
+            Error::Unusable { cause } => Error::Unusable {
+                cause: cause.clone(),
+            },
+            Error::TensorMismatch { name, detail } => Error::TensorMismatch {
+                name: name.clone(),
+                detail: detail.clone(),
+            },
+            Error::Stalled {
+                name,
+                missing,
+                waited,
+            } => Error::Stalled {
+                name: name.clone(),
+                missing: missing.clone(),
+                waited: *waited,
+            },
+            Error::DuplicateName { name } => Error::DuplicateName { name: name.clone() },
+            Error::EngineStopped { cause } => Error::EngineStopped {
+                cause: cause.clone(),
+            },
+            Error::Unsupported { what } => Error::Unsupported { what: what.clone() },
+            Error::ControlMessage { detail } => Error::ControlMessage {
+                detail: detail.clone(),
+            },
+        }
     }
 
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {

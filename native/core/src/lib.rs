@@ -16,7 +16,9 @@
 //! addresses), `rendezvous` (listener, connect, handshakes), `link` (one
 //! connection and its error mapping), `communicator` (ring allreduce and
 //! barrier), `collectives` (the other collectives, one module each), `reduce`
-//! (operations and element types), `dtype` (element types at run time).
+//! (operations and element types), `dtype` (element types at run time),
+//! `engine` (named asynchronous submissions negotiated across ranks, fused,
+//! run on a transport).
 
 #![warn(missing_docs)]
 
@@ -24,6 +26,7 @@ mod auth;
 mod collectives;
 mod communicator;
 mod dtype;
+pub mod engine;
 mod error;
 mod link;
 mod reduce;
@@ -34,6 +37,7 @@ mod wire;
 pub use collectives::{AllreduceOptions, Compression};
 pub use communicator::{CommConfig, Communicator};
 pub use dtype::DataType;
+pub use engine::{Engine, EngineConfig, Handle, Operation, Output, Request};
 pub use error::{Error, Result};
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};

@@ -339,6 +339,12 @@ pub fn kind(error: &Error) -> &'static str {
         Error::InvalidArgument(_) => "InvalidArgument",
         Error::Unusable { .. } => "Unusable",
         Error::ServiceLost { .. } => "ServiceLost",
+        Error::TensorMismatch { .. } => "TensorMismatch",
+        Error::Stalled { .. } => "Stalled",
+        Error::DuplicateName { .. } => "DuplicateName",
+        Error::EngineStopped { .. } => "EngineStopped",
+        Error::Unsupported { .. } => "Unsupported",
+        Error::ControlMessage { .. } => "ControlMessage",
     }
 }
 

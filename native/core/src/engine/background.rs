@@ -1,0 +1,374 @@
+//! The engine's thread: runs a negotiation cycle every `cycle_time` and
+//! executes what it decides.
+//!
+//! Why a thread of its own: callers (autograd hooks, a JVM thread) submit
+//! tensors whenever they are ready and must not block on other ranks; and the
+//! transport needs one caller that issues every rank's collectives in the
+//! same order. This thread is that caller. It owns the transport, the
+//! [`RankState`] (and, on rank 0, the [`Coordinator`]) and the tensors' data;
+//! callers only talk to it through a channel and their handles.
+//!
+//! Invariant: every collective this thread issues is decided by the
+//! negotiation, so all ranks issue the same sequence. A transport error is
+//! fatal: the thread fails every tensor in flight with it and stops, and
+//! later submissions fail with `EngineStopped`.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use log::{debug, error, warn};
+
+use crate::error::{Error, Result};
+use crate::reduce::ReduceOp;
+
+use super::coordinator::Coordinator;
+use super::fusion::{Batch, FusionBuffer};
+use super::handle::Completer;
+use super::message::ReadyResponse;
+use super::negotiation::{AfterBits, RankState};
+use super::request::{Operation, Output, Request};
+use super::transport::{unsupported, Transport};
+use crate::dtype::DataType;
+
+/// A request and the completer of its handle.
+pub(crate) struct Submission {
+    pub request: Request,
+    pub completer: Completer,
+}
+
+/// What callers send the engine's thread.
+pub(crate) enum Command {
+    Submit(Submission),
+    Shutdown,
+}
+
+/// Why the thread stopped, shared with [`super::Engine::submit`]: `Some`
+/// once stopped. Submitting checks it and sends under the same lock, so no
+/// submission can slip in after the thread's last look at the channel.
+pub(crate) type StopCause = Arc<Mutex<Option<String>>>;
+
+pub(crate) struct Background<T: Transport> {
+    pub transport: T,
+    pub state: RankState,
+    pub coordinator: Option<Coordinator>,
+    pub commands: Receiver<Command>,
+    pub stopped: StopCause,
+    pub cycle_time: Duration,
+    pub tensors: HashMap<String, Submission>,
+    pub fusion: FusionBuffer,
+}
+
+impl<T: Transport> Background<T> {
+    pub fn run(mut self) {
+        let rank = self.transport.rank();
+        let outcome = loop {
+            let started = Instant::now();
+            if self.take_commands(started) {
+                self.state.request_shutdown();
+            }
+            match self.cycle() {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+            if let Some(left) = self.cycle_time.checked_sub(started.elapsed()) {
+                thread::sleep(left);
+            }
+        };
+        let cause = match outcome {
+            Ok(()) => {
+                debug!("rank {rank}: engine shut down");
+                "the engine was shut down (on this or another rank)".to_string()
+            }
+            Err(error) => {
+                error!("rank {rank}: engine stopped: {error}");
+                for (_, submission) in self.tensors.drain() {
+                    submission.completer.complete(Err(error.duplicate()));
+                }
+                error.to_string()
+            }
+        };
+        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        *stopped = Some(cause.clone());
+        let stopped_error = || Error::EngineStopped {
+            cause: cause.clone(),
+        };
+        for (_, submission) in self.tensors.drain() {
+            submission.completer.complete(Err(stopped_error()));
+        }
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Submit(submission) = command {
+                submission.completer.complete(Err(stopped_error()));
+            }
+        }
+    }
+
+    /// Moves submitted requests into the negotiation; true when the engine
+    /// should shut down (asked to, or every sender is gone).
+    fn take_commands(&mut self, now: Instant) -> bool {
+        let mut shutdown = false;
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Submit(submission)) => {
+                    let meta = submission.request.meta();
+                    match self.state.submit(meta, now) {
+                        Ok(()) => {
+                            let name = submission.request.name.clone();
+                            self.tensors.insert(name, submission);
+                        }
+                        Err(e) => submission.completer.complete(Err(e)),
+                    }
+                }
+                Ok(Command::Shutdown) => shutdown = true,
+                Err(TryRecvError::Empty) => return shutdown,
+                Err(TryRecvError::Disconnected) => return true,
+            }
+        }
+    }
+
+    /// One cycle; false once every rank agreed to stop.
+    fn cycle(&mut self) -> Result<bool> {
+        let now = Instant::now();
+        let due = self
+            .coordinator
+            .as_ref()
+            .is_some_and(|c| c.wants_round(now));
+        let mut words = self.state.start_cycle(now, due);
+        self.transport.bitwise_and(&mut words)?;
+        let request_list = match self.state.on_bits(&words, Instant::now())? {
+            AfterBits::Stop => return Ok(false),
+            AfterBits::Continue(list) => list,
+        };
+        let responses = match request_list {
+            Some(mine) => Some(self.negotiate(&mine)?),
+            None => None,
+        };
+        let plan = self.state.on_responses(responses.as_deref())?;
+        let rank = self.transport.rank();
+        for (name, error) in plan.failures {
+            warn!("rank {rank}: {error}");
+            if let Some(submission) = self.tensors.remove(&name) {
+                submission.completer.complete(Err(error));
+            }
+        }
+        for error in plan.others_failed {
+            warn!("rank {rank}: {error} (this rank did not submit it)");
+        }
+        for batch in plan.batches {
+            self.execute(batch)?;
+        }
+        Ok(true)
+    }
+
+    /// A negotiation round: requests to the coordinator, its responses back.
+    fn negotiate(&mut self, mine: &[u8]) -> Result<Vec<u8>> {
+        let gathered = self.transport.control_gather(mine)?;
+        let answer = match (&mut self.coordinator, gathered) {
+            (Some(coordinator), Some(lists)) => {
+                let outcome = coordinator.round(&lists, Instant::now())?;
+                for stall in outcome.warnings {
+                    warn!(
+                        "tensor '{}' has waited {:?} for ranks {:?} (submitted by ranks {:?})",
+                        stall.name, stall.waited, stall.missing, stall.submitted
+                    );
+                }
+                outcome.responses
+            }
+            (None, _) => Vec::new(),
+            (Some(_), None) => {
+                return Err(Error::ControlMessage {
+                    detail: "the transport gathered nothing on the coordinator".into(),
+                })
+            }
+        };
+        self.transport.control_broadcast(answer)
+    }
+
+    /// Runs one batch; `Unsupported` fails only the batch's tensors, any
+    /// other error stops the engine.
+    fn execute(&mut self, batch: Batch) -> Result<()> {
+        let mut submissions = Vec::with_capacity(batch.responses.len());
+        for response in &batch.responses {
+            let name = &response.meta.name;
+            let submission = self
+                .tensors
+                .remove(name)
+                .ok_or_else(|| Error::ControlMessage {
+                    detail: format!("tensor '{name}' was planned but has no data here"),
+                })?;
+            submissions.push(submission);
+        }
+        let result = if batch.responses.len() == 1 {
+            self.execute_one(&batch.responses[0], &mut submissions[0].request)
+                .map(|output| vec![output])
+        } else {
+            self.execute_fused(&batch, &mut submissions)
+        };
+        match result {
+            Ok(outputs) => {
+                for (submission, output) in submissions.into_iter().zip(outputs) {
+                    submission.completer.complete(Ok(output));
+                }
+                Ok(())
+            }
+            Err(error) => {
+                for submission in submissions {
+                    submission.completer.complete(Err(error.duplicate()));
+                }
+                match error {
+                    Error::Unsupported { .. } => Ok(()),
+                    fatal => Err(fatal),
+                }
+            }
+        }
+    }
+
+    fn execute_one(&mut self, response: &ReadyResponse, request: &mut Request) -> Result<Output> {
+        let dtype = request.dtype;
+        let mut shape = request.shape.clone();
+        let row_bytes = shape.iter().skip(1).product::<usize>() * dtype.size();
+        let data = match &request.operation {
+            Operation::Allreduce {
+                op,
+                prescale,
+                postscale,
+            } => {
+                let mut data = std::mem::take(&mut request.data);
+                scaled_allreduce(
+                    &mut self.transport,
+                    dtype,
+                    *op,
+                    (*prescale, *postscale),
+                    &mut data,
+                )?;
+                data
+            }
+            Operation::Barrier => {
+                self.transport.barrier()?;
+                Vec::new()
+            }
+            Operation::Broadcast { root } => {
+                let mut data = std::mem::take(&mut request.data);
+                self.transport.broadcast(dtype, *root, &mut data)?;
+                data
+            }
+            Operation::Allgather => {
+                let bytes: Vec<usize> = response.first_dims.iter().map(|d| d * row_bytes).collect();
+                shape[0] = response.first_dims.iter().sum();
+                self.transport.allgather(dtype, &request.data, &bytes)?
+            }
+            Operation::Alltoall { splits } => {
+                let bytes: Vec<usize> = splits.iter().map(|s| s * row_bytes).collect();
+                let data = self.transport.alltoall(dtype, &request.data, &bytes)?;
+                shape[0] = data.len().checked_div(row_bytes).unwrap_or(0);
+                data
+            }
+            Operation::Reducescatter { op } => {
+                let data = self
+                    .transport
+                    .reducescatter(dtype, *op, &request.data, row_bytes)?;
+                if let Some(first) = shape.first_mut() {
+                    *first = data.len().checked_div(row_bytes).unwrap_or(0);
+                }
+                data
+            }
+        };
+        Ok(Output { data, shape })
+    }
+
+    /// Copies the batch into the fusion buffer, reduces it once, copies the
+    /// results back out.
+    fn execute_fused(
+        &mut self,
+        batch: &Batch,
+        submissions: &mut [Submission],
+    ) -> Result<Vec<Output>> {
+        let first = &batch.responses[0].meta;
+        let Operation::Allreduce {
+            op,
+            prescale,
+            postscale,
+        } = first.operation
+        else {
+            return Err(Error::ControlMessage {
+                detail: format!("fused a batch of {}", first.operation.kind()),
+            });
+        };
+        let buffer = self.fusion.bytes_mut(batch.bytes());
+        let mut at = 0;
+        for submission in submissions.iter() {
+            let data = &submission.request.data;
+            buffer[at..at + data.len()].copy_from_slice(data);
+            at += data.len();
+        }
+        scaled_allreduce(
+            &mut self.transport,
+            first.dtype,
+            op,
+            (prescale, postscale),
+            buffer,
+        )?;
+        let mut at = 0;
+        let mut outputs = Vec::with_capacity(submissions.len());
+        for submission in submissions.iter_mut() {
+            let mut data = std::mem::take(&mut submission.request.data);
+            let len = data.len();
+            data.copy_from_slice(&buffer[at..at + len]);
+            at += len;
+            outputs.push(Output {
+                data,
+                shape: submission.request.shape.clone(),
+            });
+        }
+        Ok(outputs)
+    }
+}
+
+/// Allreduce with the input multiplied by `prescale` and the result by
+/// `postscale`. Scaling is checked before communicating, so an unsupported
+/// type fails the same way on every rank.
+fn scaled_allreduce<T: Transport>(
+    transport: &mut T,
+    dtype: DataType,
+    op: ReduceOp,
+    (prescale, postscale): (f64, f64),
+    data: &mut [u8],
+) -> Result<()> {
+    let scaled = prescale != 1.0 || postscale != 1.0;
+    if scaled && !matches!(dtype, DataType::F32 | DataType::F64) {
+        return Err(unsupported("scaled allreduce", dtype));
+    }
+    scale(dtype, data, prescale);
+    transport.allreduce(dtype, op, data)?;
+    scale(dtype, data, postscale);
+    Ok(())
+}
+
+/// Multiplies every f32 or f64 element of `data` by `factor`.
+fn scale(dtype: DataType, data: &mut [u8], factor: f64) {
+    if factor == 1.0 {
+        return;
+    }
+    match dtype {
+        DataType::F32 => {
+            for chunk in data.chunks_exact_mut(4) {
+                let mut v = [0u8; 4];
+                v.copy_from_slice(chunk);
+                let x = f32::from_ne_bytes(v) * factor as f32;
+                chunk.copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        DataType::F64 => {
+            for chunk in data.chunks_exact_mut(8) {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(chunk);
+                let x = f64::from_ne_bytes(v) * factor;
+                chunk.copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,225 @@
+//! The collective engine: named asynchronous submissions, negotiated across
+//! ranks, fused, executed in the same order everywhere (Horovod's design).
+//!
+//! Callers [`Engine::submit`] named tensors whenever they are ready — in any
+//! order, from any thread — and get a [`Handle`]. A background thread runs a
+//! cycle every [`EngineConfig::cycle_time`]: the ranks agree which tensors
+//! are ready on *every* rank and in what order, then execute them, small
+//! allreduces fused into one. Why negotiate at all: autograd produces
+//! gradients in different orders on different ranks, and two ranks that
+//! start different collectives deadlock; the negotiation gives all of them
+//! one order.
+//!
+//! How a cycle agrees (module `negotiation`): tensors negotiated before sit
+//! in a response cache at the same position on every rank, and one bitwise
+//! AND across ranks says which of them are ready everywhere. Only new tensors
+//! (or ones whose metadata changed) go to the coordinator, rank 0, which
+//! keeps a table of who has submitted what (module `coordinator`), answers
+//! with the tensors every rank now has, in order, fails those whose metadata
+//! disagree across ranks naming the ranks, and warns about and finally fails
+//! those some ranks never submit (module `stall`). Every rank then fuses
+//! (module `fusion`) and executes the same batches on its [`Transport`].
+//!
+//! Invariant: every rank executes the same responses in the same order. The
+//! negotiation is a sans-IO state machine (no sockets, no clock reads),
+//! tested with simulated ranks in one thread; the thread and the transport
+//! sit around it (modules `background`, `transport`).
+//!
+//! Knobs come in one [`EngineConfig`]; nothing here reads the environment.
+//! `fusion_threshold` and `cache_capacity` must agree across ranks, so rank
+//! 0's values are used everywhere.
+
+mod background;
+mod coordinator;
+mod fusion;
+mod handle;
+mod message;
+mod negotiation;
+mod request;
+mod response_cache;
+mod stall;
+mod transport;
+
+#[cfg(test)]
+mod simulation;
+
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use log::warn;
+
+use crate::error::{Error, Result};
+
+use background::{Background, Command, StopCause, Submission};
+use coordinator::Coordinator;
+use fusion::FusionBuffer;
+use message::Settings;
+use negotiation::RankState;
+use stall::StallPolicy;
+
+pub use crate::dtype::DataType;
+pub use handle::Handle;
+pub use request::{Operation, Output, Request};
+pub use transport::{LocalTransport, Transport};
+
+/// The engine's knobs. Defaults are Horovod's where Horovod has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Time between the starts of two negotiation cycles
+    /// (`HOROVOD_CYCLE_TIME`, default 1 ms). Shorter lowers latency, longer
+    /// fuses more tensors per cycle.
+    pub cycle_time: Duration,
+    /// Most bytes fused into one allreduce (`HOROVOD_FUSION_THRESHOLD`,
+    /// default 128 MiB); 0 turns fusion off. Rank 0's value is used.
+    pub fusion_threshold: usize,
+    /// A tensor submitted by some ranks and not others for this long is
+    /// logged with the missing ranks, and again every period
+    /// (`HOROVOD_STALL_CHECK_TIME_SECONDS`, default 60 s); zero turns it off.
+    pub stall_warning: Duration,
+    /// A tensor submitted by some ranks and not others for this long fails
+    /// on every rank with an error naming the missing ranks
+    /// (`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`; zero turns it off). Default
+    /// 600 s, not Horovod's "off": a rank that never submits a tensor would
+    /// otherwise hold every executor of the barrier stage forever; 600 s is
+    /// far above any honest skew between ranks and matches the
+    /// communicator's default per-read timeout. Rank 0's value decides.
+    pub stall_timeout: Duration,
+    /// Responses kept in the response cache (`HOROVOD_CACHE_CAPACITY`,
+    /// default 1024); 0 turns the cache off. Rank 0's value is used.
+    pub cache_capacity: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cycle_time: Duration::from_millis(1),
+            fusion_threshold: 128 * 1024 * 1024,
+            stall_warning: Duration::from_secs(60),
+            stall_timeout: Duration::from_secs(600),
+            cache_capacity: 1024,
+        }
+    }
+}
+
+/// Largest cache accepted: its bit vectors are ANDed every cycle.
+const MAX_CACHE_CAPACITY: usize = 1 << 20;
+
+/// A running engine on one rank. Dropping it asks every rank's engine to
+/// stop (they stop together at the next cycle) and waits for this rank's
+/// thread.
+#[derive(Debug)]
+pub struct Engine {
+    rank: usize,
+    size: usize,
+    commands: Sender<Command>,
+    stopped: StopCause,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the engine's thread on `transport`. Every rank starts one;
+    /// this exchanges rank 0's fusion threshold and cache capacity first.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an unusable config, the transport's error if
+    /// the first exchange fails, `Io` if the thread cannot be spawned.
+    pub fn start<T: Transport + 'static>(mut transport: T, config: EngineConfig) -> Result<Engine> {
+        if config.cache_capacity > MAX_CACHE_CAPACITY {
+            return Err(Error::InvalidArgument(format!(
+                "cache capacity {} is above the maximum {MAX_CACHE_CAPACITY}",
+                config.cache_capacity
+            )));
+        }
+        let (rank, size) = (transport.rank(), transport.size());
+        let mine = Settings {
+            fusion_threshold: config.fusion_threshold as u64,
+            cache_capacity: config.cache_capacity as u64,
+        };
+        let agreed = Settings::decode(&transport.control_broadcast(mine.encode())?)?;
+        if agreed != mine {
+            warn!("rank {rank}: using rank 0's engine settings {agreed:?} instead of {mine:?}");
+        }
+        let too_big = |what: &str| Error::InvalidArgument(format!("rank 0's {what} is too large"));
+        let cache_capacity = usize::try_from(agreed.cache_capacity)
+            .ok()
+            .filter(|&c| c <= MAX_CACHE_CAPACITY)
+            .ok_or_else(|| too_big("cache capacity"))?;
+        let fusion_threshold =
+            usize::try_from(agreed.fusion_threshold).map_err(|_| too_big("fusion threshold"))?;
+        let stall = StallPolicy {
+            warning: config.stall_warning,
+            timeout: config.stall_timeout,
+        };
+        let state = RankState::new(rank, cache_capacity, fusion_threshold, stall.demote_after());
+        let (commands, receiver) = mpsc::channel();
+        let stopped: StopCause = Arc::new(Mutex::new(None));
+        let background = Background {
+            transport,
+            state,
+            coordinator: (rank == 0).then(|| Coordinator::new(size, stall)),
+            commands: receiver,
+            stopped: stopped.clone(),
+            cycle_time: config.cycle_time,
+            tensors: Default::default(),
+            fusion: FusionBuffer::default(),
+        };
+        let thread = thread::Builder::new()
+            .name(format!("hvd-engine-{rank}"))
+            .spawn(move || background.run())
+            .map_err(|e| Error::io("spawning the engine thread", e))?;
+        Ok(Engine {
+            rank,
+            size,
+            commands,
+            stopped,
+            thread: Some(thread),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Submits `request`; its data is moved in, and the handle gives the
+    /// result once every rank has submitted the same name and it has run.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the request is inconsistent on its own (data
+    /// length and shape, broadcast root, alltoall splits, scale factors);
+    /// `EngineStopped` once the engine has stopped. Errors that need the
+    /// other ranks (mismatch, stall, duplicate name) arrive through the
+    /// handle.
+    pub fn submit(&self, request: Request) -> Result<Handle> {
+        request.validate(self.size)?;
+        let stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cause) = stopped.as_ref() {
+            return Err(Error::EngineStopped {
+                cause: cause.clone(),
+            });
+        }
+        let (handle, completer) = handle::pair(&request.name);
+        self.commands
+            .send(Command::Submit(Submission { request, completer }))
+            .map_err(|_| Error::EngineStopped {
+                cause: "the engine thread has exited".into(),
+            })?;
+        Ok(handle)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! What a caller submits to the engine and what it gets back.
+//!
+//! A [`Request`] is a named tensor (element type, shape, bytes) and the
+//! collective to run on it. Its [`TensorMeta`] — everything but the bytes —
+//! is what ranks negotiate: a name is only executed once every rank has
+//! submitted it with metadata that agrees ([`TensorMeta::disagreement`] says
+//! what has to agree for each collective).
+//!
+//! Invariant: `data.len() == shape.iter().product() * dtype.size()` for every
+//! request that reaches the negotiation; [`Request::validate`] enforces it at
+//! submission, so later stages can slice buffers without checks failing.
+
+use std::fmt;
+
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::reduce::ReduceOp;
+
+/// The collective to run on a tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operation {
+    /// Element-wise reduction across ranks; every rank gets the result.
+    /// The input is multiplied by `prescale` before the reduction and the
+    /// result by `postscale` after it (1.0 leaves it unchanged).
+    Allreduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Factor applied to the input before reducing.
+        prescale: f64,
+        /// Factor applied to the result after reducing.
+        postscale: f64,
+    },
+    /// Concatenation along the first dimension, in rank order; ranks may
+    /// differ in the first dimension only.
+    Allgather,
+    /// `root`'s tensor, on every rank.
+    Broadcast {
+        /// The rank whose tensor every rank receives.
+        root: usize,
+    },
+    /// Rank `r` sends rows `splits[..j].sum()..splits[..=j].sum()` of its
+    /// tensor to rank `j`; `splits` has one entry per rank and sums to the
+    /// first dimension.
+    Alltoall {
+        /// Rows sent to each rank.
+        splits: Vec<usize>,
+    },
+    /// Element-wise reduction; rank `r` keeps the `r`-th block of rows.
+    Reducescatter {
+        /// The reduction.
+        op: ReduceOp,
+    },
+    /// Completes once every rank has submitted it; carries no data.
+    Barrier,
+}
+
+impl Operation {
+    /// A plain allreduce with `op` and no scaling.
+    pub fn allreduce(op: ReduceOp) -> Operation {
+        Operation::Allreduce {
+            op,
+            prescale: 1.0,
+            postscale: 1.0,
+        }
+    }
+
+    /// Name of the collective, e.g. "allreduce".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Operation::Allreduce { .. } => "allreduce",
+            Operation::Allgather => "allgather",
+            Operation::Broadcast { .. } => "broadcast",
+            Operation::Alltoall { .. } => "alltoall",
+            Operation::Reducescatter { .. } => "reducescatter",
+            Operation::Barrier => "barrier",
+        }
+    }
+
+    pub(crate) fn code(&self) -> u8 {
+        match self {
+            Operation::Allreduce { .. } => 1,
+            Operation::Allgather => 2,
+            Operation::Broadcast { .. } => 3,
+            Operation::Alltoall { .. } => 4,
+            Operation::Reducescatter { .. } => 5,
+            Operation::Barrier => 6,
+        }
+    }
+
+    /// The parts every rank must agree on, as text for error messages
+    /// (alltoall splits are per rank and excluded).
+    fn agreed_parameters(&self) -> String {
+        match self {
+            Operation::Allreduce {
+                op,
+                prescale,
+                postscale,
+            } => format!("allreduce {op} prescale {prescale} postscale {postscale}"),
+            Operation::Broadcast { root } => format!("broadcast from rank {root}"),
+            Operation::Reducescatter { op } => format!("reducescatter {op}"),
+            other => other.kind().to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.agreed_parameters())
+    }
+}
+
+/// A named tensor and the collective to run on it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Name that identifies the tensor across ranks; at most one request per
+    /// name may be in flight on a rank.
+    pub name: String,
+    /// The collective.
+    pub operation: Operation,
+    /// Element type.
+    pub dtype: DataType,
+    /// Dimensions; the empty shape is a scalar.
+    pub shape: Vec<usize>,
+    /// The elements, native-endian, row-major; moved into the engine.
+    pub data: Vec<u8>,
+}
+
+impl Request {
+    /// Checks what can be checked on this rank alone: the data length
+    /// matches the shape, broadcast roots and alltoall splits fit `size`
+    /// ranks, scale factors are finite and only used on float tensors.
+    pub(crate) fn validate(&self, size: usize) -> Result<()> {
+        let invalid = |what: String| Err(Error::InvalidArgument(format!("{}: {what}", self.name)));
+        if self.name.is_empty() {
+            return Err(Error::InvalidArgument("tensor name is empty".into()));
+        }
+        let elements = self
+            .shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        let expected = elements.and_then(|n| n.checked_mul(self.dtype.size()));
+        if expected != Some(self.data.len()) {
+            return invalid(format!(
+                "{} bytes of data for shape {:?} of {}",
+                self.data.len(),
+                self.shape,
+                self.dtype
+            ));
+        }
+        match &self.operation {
+            Operation::Allreduce {
+                prescale,
+                postscale,
+                ..
+            } => {
+                if !prescale.is_finite() || !postscale.is_finite() {
+                    return invalid("scale factors must be finite".into());
+                }
+                let scaled = *prescale != 1.0 || *postscale != 1.0;
+                if scaled && !self.dtype.is_float() {
+                    return invalid(format!(
+                        "prescale and postscale apply to float tensors, not {}",
+                        self.dtype
+                    ));
+                }
+            }
+            Operation::Broadcast { root } if *root >= size => {
+                return invalid(format!("broadcast root {root} is not a rank of {size}"));
+            }
+            Operation::Allgather | Operation::Alltoall { .. } if self.shape.is_empty() => {
+                return invalid(format!("{} needs at least one dimension", self.operation));
+            }
+            Operation::Alltoall { splits }
+                if splits.len() != size || splits.iter().sum::<usize>() != self.shape[0] =>
+            {
+                return invalid(format!(
+                    "alltoall splits {splits:?} must have {size} entries summing to {}",
+                    self.shape[0]
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Everything but the data.
+    pub(crate) fn meta(&self) -> TensorMeta {
+        TensorMeta {
+            name: self.name.clone(),
+            operation: self.operation.clone(),
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+        }
+    }
+}
+
+/// What ranks negotiate about a tensor: a [`Request`] without its data.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TensorMeta {
+    pub name: String,
+    pub operation: Operation,
+    pub dtype: DataType,
+    pub shape: Vec<usize>,
+}
+
+impl TensorMeta {
+    /// Bytes of the tensor.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+
+    /// Where the ranks' metadata for one name disagree, naming the ranks:
+    /// `None` when they agree. `metas[r]` is rank `r`'s.
+    pub fn disagreement(metas: &[TensorMeta]) -> Option<String> {
+        // Each property that has to agree, rendered per rank; the first one
+        // that differs is reported.
+        type Render = fn(&TensorMeta) -> String;
+        let properties: [(&str, Render); 3] = [
+            ("operation", |m| m.operation.agreed_parameters()),
+            ("element type", |m| m.dtype.to_string()),
+            ("shape", |m| match m.operation {
+                // Ranks may differ in the first dimension.
+                Operation::Allgather | Operation::Alltoall { .. } => {
+                    format!("[*, {}]", join(m.shape.iter().skip(1)))
+                }
+                Operation::Barrier => String::new(),
+                _ => format!("{:?}", m.shape),
+            }),
+        ];
+        for (property, render) in properties {
+            let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+            for (rank, meta) in metas.iter().enumerate() {
+                let value = render(meta);
+                match groups.iter_mut().find(|(v, _)| *v == value) {
+                    Some((_, ranks)) => ranks.push(rank),
+                    None => groups.push((value, vec![rank])),
+                }
+            }
+            if groups.len() > 1 {
+                let parts: Vec<String> = groups
+                    .iter()
+                    .map(|(value, ranks)| format!("{value} on ranks {ranks:?}"))
+                    .collect();
+                return Some(format!("{property} differs: {}", parts.join("; ")));
+            }
+        }
+        None
+    }
+}
+
+fn join<'a>(dims: impl Iterator<Item = &'a usize>) -> String {
+    dims.map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The result of a completed request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    /// The result's elements, native-endian, row-major.
+    pub data: Vec<u8>,
+    /// The result's dimensions (differs from the input's for allgather,
+    /// alltoall and reducescatter).
+    pub shape: Vec<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(operation: Operation, dtype: DataType, shape: &[usize]) -> TensorMeta {
+        TensorMeta {
+            name: "t".into(),
+            operation,
+            dtype,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn disagreement_names_the_ranks_of_each_variant() {
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        let metas = [
+            meta(sum.clone(), DataType::F32, &[4, 2]),
+            meta(sum.clone(), DataType::F32, &[4, 2]),
+            meta(sum.clone(), DataType::F32, &[4, 3]),
+        ];
+        assert_eq!(
+            TensorMeta::disagreement(&metas).unwrap(),
+            "shape differs: [4, 2] on ranks [0, 1]; [4, 3] on ranks [2]"
+        );
+        let metas = [
+            meta(sum.clone(), DataType::F32, &[4]),
+            meta(sum, DataType::F64, &[4]),
+        ];
+        assert_eq!(
+            TensorMeta::disagreement(&metas).unwrap(),
+            "element type differs: f32 on ranks [0]; f64 on ranks [1]"
+        );
+        let metas = [
+            meta(Operation::Allgather, DataType::I8, &[1, 5]),
+            meta(Operation::Allgather, DataType::I8, &[7, 5]),
+        ];
+        assert_eq!(TensorMeta::disagreement(&metas), None);
+        let metas = [
+            meta(Operation::Broadcast { root: 0 }, DataType::I8, &[1]),
+            meta(Operation::Broadcast { root: 1 }, DataType::I8, &[1]),
+        ];
+        assert!(TensorMeta::disagreement(&metas)
+            .unwrap()
+            .starts_with("operation differs: broadcast from rank 0 on ranks [0]"));
+    }
+
+    #[test]
+    fn validation_checks_length_roots_splits_and_scales() {
+        let request = |operation, dtype: DataType, shape: &[usize], len| Request {
+            name: "x".into(),
+            operation,
+            dtype,
+            shape: shape.to_vec(),
+            data: vec![0; len],
+        };
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        assert!(request(sum.clone(), DataType::F32, &[2, 3], 24)
+            .validate(2)
+            .is_ok());
+        assert!(request(sum.clone(), DataType::F32, &[], 4)
+            .validate(2)
+            .is_ok());
+        let err = request(sum, DataType::F32, &[2, 3], 20)
+            .validate(2)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid argument: x: 20 bytes of data for shape [2, 3] of f32"
+        );
+        assert!(
+            request(Operation::Broadcast { root: 2 }, DataType::U8, &[1], 1)
+                .validate(2)
+                .is_err()
+        );
+        let splits = Operation::Alltoall { splits: vec![1, 2] };
+        assert!(request(splits.clone(), DataType::U8, &[3], 3)
+            .validate(2)
+            .is_ok());
+        assert!(request(splits, DataType::U8, &[4], 4).validate(2).is_err());
+        let scaled = Operation::Allreduce {
+            op: ReduceOp::Sum,
+            prescale: 0.5,
+            postscale: 1.0,
+        };
+        assert!(request(scaled.clone(), DataType::I32, &[1], 4)
+            .validate(1)
+            .is_err());
+        assert!(request(scaled, DataType::F64, &[1], 8).validate(1).is_ok());
+    }
+}
