@@ -1,0 +1,248 @@
+//! The engine end to end on threads of one process (`LocalTransport`):
+//! every collective it executes, fused and unfused, and the errors that need
+//! other ranks (mismatch, stall, duplicate name, shutdown).
+
+use std::thread;
+use std::time::Duration;
+
+use horovod_core::engine::LocalTransport;
+use horovod_core::{
+    DataType, Engine, EngineConfig, Error, Handle, Operation, Output, ReduceOp, Request,
+};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn f64s(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn to_f64s(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn request(name: &str, operation: Operation, values: &[f64]) -> Request {
+    Request {
+        name: name.into(),
+        operation,
+        dtype: DataType::F64,
+        shape: vec![values.len()],
+        data: f64s(values),
+    }
+}
+
+/// Runs `body(rank, engine)` on `size` threads, each with its own engine.
+fn run<R: Send + 'static>(
+    size: usize,
+    config: EngineConfig,
+    body: impl Fn(usize, &Engine) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    let threads: Vec<_> = LocalTransport::group(size, WAIT)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, transport)| {
+            let config = config.clone();
+            let body = body.clone();
+            thread::spawn(move || {
+                let engine = Engine::start(transport, config).expect("start");
+                body(rank, &engine)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn wait_all(handles: Vec<Handle>) -> Vec<Result<Output, Error>> {
+    handles.into_iter().map(|mut h| h.wait(WAIT)).collect()
+}
+
+#[test]
+fn random_submission_orders_complete_with_correct_sums() {
+    let size = 4;
+    let results = run(size, EngineConfig::default(), move |rank, engine| {
+        let mut order: Vec<usize> = (0..50).collect();
+        order.shuffle(&mut StdRng::seed_from_u64(rank as u64));
+        let mut handles: Vec<(usize, Handle)> = order
+            .into_iter()
+            .map(|i| {
+                let values: Vec<f64> = (0..i + 1).map(|j| (rank * 100 + i + j) as f64).collect();
+                let op = Operation::allreduce(ReduceOp::Sum);
+                (
+                    i,
+                    engine
+                        .submit(request(&format!("grad{i}"), op, &values))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        handles.sort_by_key(|(i, _)| *i);
+        handles
+            .into_iter()
+            .map(|(_, mut h)| to_f64s(&h.wait(WAIT).unwrap().data))
+            .collect::<Vec<_>>()
+    });
+    for outputs in results {
+        for (i, got) in outputs.iter().enumerate() {
+            let want: Vec<f64> = (0..i + 1)
+                .map(|j| (0..size).map(|r| (r * 100 + i + j) as f64).sum())
+                .collect();
+            assert_eq!(*got, want, "grad{i}");
+        }
+    }
+}
+
+#[test]
+fn every_collective_and_scaling_runs_through_the_engine() {
+    let results = run(3, EngineConfig::default(), |rank, engine| {
+        let r = rank as f64;
+        let scaled = Operation::Allreduce {
+            op: ReduceOp::Average,
+            prescale: 2.0,
+            postscale: 0.5,
+        };
+        let gathered = Request {
+            name: "gather".into(),
+            operation: Operation::Allgather,
+            dtype: DataType::F64,
+            shape: vec![rank + 1, 1],
+            data: f64s(&vec![r; rank + 1]),
+        };
+        let handles = vec![
+            engine
+                .submit(request(
+                    "max",
+                    Operation::allreduce(ReduceOp::Max),
+                    &[r, -r],
+                ))
+                .unwrap(),
+            engine.submit(request("scaled", scaled, &[r, 3.0])).unwrap(),
+            engine
+                .submit(request("bcast", Operation::Broadcast { root: 2 }, &[r; 2]))
+                .unwrap(),
+            engine.submit(gathered).unwrap(),
+            engine
+                .submit(Request {
+                    name: "barrier".into(),
+                    operation: Operation::Barrier,
+                    dtype: DataType::U8,
+                    shape: vec![0],
+                    data: Vec::new(),
+                })
+                .unwrap(),
+            engine
+                .submit(Request {
+                    name: "scatter".into(),
+                    operation: Operation::Reducescatter { op: ReduceOp::Sum },
+                    dtype: DataType::F64,
+                    shape: vec![3],
+                    data: f64s(&[1.0, 2.0, 3.0]),
+                })
+                .unwrap(),
+        ];
+        wait_all(handles)
+    });
+    for outputs in results {
+        let data = |i: usize| to_f64s(&outputs[i].as_ref().unwrap().data);
+        assert_eq!(data(0), [2.0, 0.0]);
+        // ((0 + 1 + 2) * 2 / 3) * 0.5 and (3 * 2 * 3 / 3) * 0.5
+        assert_eq!(data(1), [1.0, 3.0]);
+        assert_eq!(data(2), [2.0, 2.0]);
+        assert_eq!(data(3), [0.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
+        assert_eq!(outputs[3].as_ref().unwrap().shape, [6, 1]);
+        assert!(outputs[4].is_ok());
+        let err = outputs[5].as_ref().unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
+}
+
+#[test]
+fn mismatched_shapes_fail_on_every_rank_and_the_engine_carries_on() {
+    let results = run(3, EngineConfig::default(), |rank, engine| {
+        let values = vec![1.0; if rank == 1 { 3 } else { 2 }];
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        let bad = engine.submit(request("w", sum.clone(), &values)).unwrap();
+        let good = engine.submit(request("b", sum, &[1.0])).unwrap();
+        wait_all(vec![bad, good])
+    });
+    for outputs in results {
+        let err = outputs[0].as_ref().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor 'w' was submitted differently across ranks: \
+             shape differs: [2] on ranks [0, 2]; [3] on ranks [1]"
+        );
+        assert_eq!(to_f64s(&outputs[1].as_ref().unwrap().data), [3.0]);
+    }
+}
+
+#[test]
+fn a_tensor_missing_on_some_ranks_fails_with_a_stall_error() {
+    let config = EngineConfig {
+        stall_warning: Duration::from_millis(100),
+        stall_timeout: Duration::from_millis(300),
+        ..EngineConfig::default()
+    };
+    let results = run(3, config, |rank, engine| {
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        let mut handles = vec![engine.submit(request("all", sum.clone(), &[1.0])).unwrap()];
+        if rank != 2 {
+            handles.push(engine.submit(request("some", sum, &[1.0])).unwrap());
+        }
+        let outputs = wait_all(handles);
+        if rank == 2 {
+            // Keep this engine running until the others have their errors.
+            thread::sleep(Duration::from_millis(1000));
+        }
+        outputs
+    });
+    for (rank, outputs) in results.iter().enumerate() {
+        assert_eq!(to_f64s(&outputs[0].as_ref().unwrap().data), [3.0]);
+        if rank != 2 {
+            let err = outputs[1].as_ref().unwrap_err();
+            assert!(matches!(err, Error::Stalled { missing, .. } if missing == &[2]));
+        }
+    }
+}
+
+#[test]
+fn duplicate_names_and_shutdown_are_errors_not_hangs() {
+    let results = run(2, EngineConfig::default(), |rank, engine| {
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        let first = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
+        let mut second = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
+        let duplicate = second.wait(WAIT).unwrap_err();
+        let done = wait_all(vec![first]);
+        let bad = engine.submit(request("", sum, &[1.0])).unwrap_err();
+        (rank, duplicate.to_string(), done, bad.to_string())
+    });
+    for (_, duplicate, done, bad) in results {
+        assert_eq!(duplicate, "tensor 'x' is already in flight on this rank");
+        assert_eq!(to_f64s(&done[0].as_ref().unwrap().data), [2.0]);
+        assert_eq!(bad, "invalid argument: tensor name is empty");
+    }
+
+    // Rank 1 shuts down; rank 0's tensor fails instead of waiting forever.
+    let mut group = LocalTransport::group(2, WAIT);
+    let transport_one = group.pop().unwrap();
+    let zero = thread::spawn(move || {
+        let engine = Engine::start(group.pop().unwrap(), EngineConfig::default()).unwrap();
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        let mut handle = engine
+            .submit(request("never", sum.clone(), &[1.0]))
+            .unwrap();
+        let err = handle.wait(WAIT).unwrap_err();
+        let later = engine.submit(request("later", sum, &[1.0])).unwrap_err();
+        (err, later)
+    });
+    let one = Engine::start(transport_one, EngineConfig::default()).unwrap();
+    thread::sleep(Duration::from_millis(50));
+    drop(one);
+    let (err, later) = zero.join().unwrap();
+    assert!(matches!(err, Error::EngineStopped { .. }), "{err}");
+    assert!(matches!(later, Error::EngineStopped { .. }), "{later}");
+}
