@@ -62,6 +62,13 @@ fn wait_all(handles: Vec<Handle>) -> Vec<Result<Output, Error>> {
 }
 
 #[test]
+fn an_engine_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Engine>();
+    shareable::<Handle>();
+}
+
+#[test]
 fn random_submission_orders_complete_with_correct_sums() {
     let size = 4;
     let results = run(size, EngineConfig::default(), move |rank, engine| {

@@ -127,7 +127,7 @@ pub struct Request {
 
 impl Request {
     /// Checks what can be checked on this rank alone: the data length
-    /// matches the shape, broadcast roots and alltoall splits fit `size`
+    /// matches the shape (a barrier may also carry no data at all), broadcast roots and alltoall splits fit `size`
     /// ranks, scale factors are finite and only used on float tensors.
     pub(crate) fn validate(&self, size: usize) -> Result<()> {
         let invalid = |what: String| Err(Error::InvalidArgument(format!("{}: {what}", self.name)));
@@ -139,7 +139,8 @@ impl Request {
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d));
         let expected = elements.and_then(|n| n.checked_mul(self.dtype.size()));
-        if expected != Some(self.data.len()) {
+        let barrier_without_data = self.operation == Operation::Barrier && self.data.is_empty();
+        if expected != Some(self.data.len()) && !barrier_without_data {
             return invalid(format!(
                 "{} bytes of data for shape {:?} of {}",
                 self.data.len(),
@@ -323,6 +324,9 @@ mod tests {
             .validate(2)
             .is_ok());
         assert!(request(sum.clone(), DataType::F32, &[], 4)
+            .validate(2)
+            .is_ok());
+        assert!(request(Operation::Barrier, DataType::U8, &[], 0)
             .validate(2)
             .is_ok());
         let err = request(sum, DataType::F32, &[2, 3], 20)
