@@ -442,3 +442,75 @@ fn duplicate_names_are_rejected_and_shutdown_stops_every_rank() {
     sim.cycle();
     assert!(sim.stopped);
 }
+
+#[test]
+fn random_faults_fail_identically_and_spare_the_other_tensors() {
+    for seed in 0..30u64 {
+        let mut rng = StdRng::seed_from_u64(1000 + seed);
+        let size = rng.gen_range(2..=4);
+        let cache = [0, 3, 64][rng.gen_range(0..3)];
+        let count = rng.gen_range(5..25);
+        let mut sim = Sim::new(size, cache, 256, strict());
+        for step in 0..3 {
+            // Per tensor: healthy, omitted by one rank, or reshaped on one.
+            let faults: Vec<(u8, usize)> = (0..count)
+                .map(|_| (rng.gen_range(0..8u8), rng.gen_range(0..size)))
+                .collect();
+            let mut orders: Vec<Vec<usize>> = (0..size)
+                .map(|rank| {
+                    let mut order: Vec<usize> = (0..count)
+                        .filter(|&i| !(faults[i].0 == 0 && faults[i].1 == rank))
+                        .collect();
+                    order.shuffle(&mut rng);
+                    order
+                })
+                .collect();
+            let mut batches = vec![Vec::new(); size];
+            let mut failures = vec![Vec::new(); size];
+            for _ in 0..2_000 {
+                for (rank, order) in orders.iter_mut().enumerate() {
+                    for _ in 0..rng.gen_range(0..=3).min(order.len()) {
+                        let i = order.remove(0);
+                        let reshaped = faults[i].0 == 1 && faults[i].1 == rank;
+                        sim.submit(rank, sum_f32(&format!("t{i}"), 4 + usize::from(reshaped)));
+                    }
+                }
+                let cycle = sim.cycle();
+                for rank in 0..size {
+                    batches[rank].extend(cycle.batches(rank));
+                    failures[rank].extend(cycle.failures(rank));
+                }
+                let idle = sim.ranks.iter().all(|r| r.in_flight() == 0);
+                if idle && orders.iter().all(Vec::is_empty) {
+                    break;
+                }
+            }
+            let context = format!("seed {seed} step {step}");
+            assert!(sim.ranks.iter().all(|r| r.in_flight() == 0), "{context}");
+            for rank in 1..size {
+                assert_eq!(batches[rank], batches[0], "{context} rank {rank}");
+            }
+            let executed: Vec<String> = batches[0].concat();
+            for (i, &(fault, odd)) in faults.iter().enumerate() {
+                let name = format!("t{i}");
+                let ran = executed.contains(&name);
+                for (rank, failed) in failures.iter().enumerate() {
+                    let message = failed.iter().find(|(n, _)| *n == name).map(|(_, m)| m);
+                    match fault {
+                        0 if rank == odd => assert!(message.is_none(), "{context} {name}"),
+                        0 => assert!(
+                            message.is_some_and(|m| m.contains(&format!("ranks [{odd}] did"))),
+                            "{context} {name} rank {rank}: {message:?}"
+                        ),
+                        1 => assert!(
+                            message.is_some_and(|m| m.contains("shape differs")),
+                            "{context} {name} rank {rank}: {message:?}"
+                        ),
+                        _ => assert!(message.is_none(), "{context} {name}: {message:?}"),
+                    }
+                }
+                assert_eq!(ran, fault > 1, "{context} {name}");
+            }
+        }
+    }
+}
