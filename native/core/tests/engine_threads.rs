@@ -2,6 +2,7 @@
 //! every collective it executes, fused and unfused, and the errors that need
 //! other ranks (mismatch, stall, duplicate name, shutdown).
 
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
@@ -218,17 +219,32 @@ fn a_tensor_missing_on_some_ranks_fails_with_a_stall_error() {
 
 #[test]
 fn duplicate_names_and_shutdown_are_errors_not_hangs() {
-    let results = run(2, EngineConfig::default(), |rank, engine| {
+    // Rank 1 submits "x" only after rank 0 saw its duplicate rejected, so
+    // rank 0's first "x" is certainly still in flight then.
+    let rejected = Arc::new(Barrier::new(2));
+    let results = run(2, EngineConfig::default(), move |rank, engine| {
         let sum = Operation::allreduce(ReduceOp::Sum);
+        let mut duplicate = None;
+        if rank == 1 {
+            rejected.wait();
+        }
         let first = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
-        let mut second = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
-        let duplicate = second.wait(WAIT).unwrap_err();
+        if rank == 0 {
+            let mut second = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
+            duplicate = Some(second.wait(WAIT).unwrap_err().to_string());
+            rejected.wait();
+        }
         let done = wait_all(vec![first]);
         let bad = engine.submit(request("", sum, &[1.0])).unwrap_err();
-        (rank, duplicate.to_string(), done, bad.to_string())
+        (duplicate, done, bad.to_string())
     });
-    for (_, duplicate, done, bad) in results {
-        assert_eq!(duplicate, "tensor 'x' is already in flight on this rank");
+    for (rank, (duplicate, done, bad)) in results.into_iter().enumerate() {
+        if rank == 0 {
+            assert_eq!(
+                duplicate.as_deref(),
+                Some("tensor 'x' is already in flight on this rank")
+            );
+        }
         assert_eq!(to_f64s(&done[0].as_ref().unwrap().data), [2.0]);
         assert_eq!(bad, "invalid argument: tensor name is empty");
     }
