@@ -10,9 +10,8 @@
 //!   `i64` words (each rank writes its own zero-padded slot, and a wrapping
 //!   sum with zeros is exact, so the result is every rank's bytes); the AND
 //!   packs each bit into a field wide enough to count the ranks, sums, and
-//!   keeps the fields that counted every rank. Allreduce runs on f32, f64,
-//!   i32 and i64; the other collectives and element types are
-//!   `Unsupported` for now.
+//!   keeps the fields that counted every rank. Allreduce runs on every
+//!   element type; alltoall and reducescatter are `Unsupported` for now.
 //! * [`LocalTransport`] connects threads of one process, for tests and
 //!   single-process use.
 //!
@@ -143,27 +142,6 @@ pub(crate) fn unpack_and(packed: &[i64], size: usize, words: &mut [u64]) {
 
 // -------------------------------------------------------------- communicator
 
-/// Runs `f` on `bytes` viewed as elements of `T`, through a copy if `bytes`
-/// is not aligned for `T`.
-fn with_elements<T: Element>(
-    bytes: &mut [u8],
-    f: impl FnOnce(&mut [T]) -> Result<()>,
-) -> Result<()> {
-    // SAFETY: `T: Element` is a primitive integer or float (sealed trait):
-    // every bit pattern is a valid `T` and it has no padding, so viewing
-    // initialised bytes as `T`s is sound; `align_to_mut` only returns the
-    // correctly aligned middle part.
-    let (head, body, tail) = unsafe { bytes.align_to_mut::<T>() };
-    if head.is_empty() && tail.is_empty() {
-        return f(body);
-    }
-    let mut copy = vec![T::ZERO; bytes.len() / std::mem::size_of::<T>()];
-    as_bytes_mut(&mut copy).copy_from_slice(bytes);
-    f(&mut copy)?;
-    bytes.copy_from_slice(as_bytes(&copy));
-    Ok(())
-}
-
 fn byte_len(value: i64) -> Result<usize> {
     usize::try_from(value).map_err(|_| Error::ControlMessage {
         detail: format!("negative length {value} in a byte exchange"),
@@ -235,13 +213,7 @@ impl Transport for Communicator {
     }
 
     fn allreduce(&mut self, dtype: DataType, op: ReduceOp, data: &mut [u8]) -> Result<()> {
-        match dtype {
-            DataType::F32 => with_elements::<f32>(data, |d| Communicator::allreduce(self, d, op)),
-            DataType::F64 => with_elements::<f64>(data, |d| Communicator::allreduce(self, d, op)),
-            DataType::I32 => with_elements::<i32>(data, |d| Communicator::allreduce(self, d, op)),
-            DataType::I64 => with_elements::<i64>(data, |d| Communicator::allreduce(self, d, op)),
-            other => Err(unsupported("allreduce", other)),
-        }
+        self.allreduce_bytes(dtype, data, op)
     }
 
     fn barrier(&mut self) -> Result<()> {
