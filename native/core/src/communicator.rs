@@ -38,7 +38,18 @@ const INLINE_SEND_MAX: usize = 4096;
 /// keeps the reduce working on cache-resident data.
 const REDUCE_CHUNK_ELEMS: usize = 64 * 1024;
 
-/// Timeouts of rendezvous and of collectives.
+/// Which transport the collectives of a communicator use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// Shared memory when every rank is on this host (all addresses have the
+    /// same host part), TCP otherwise.
+    #[default]
+    Auto,
+    /// TCP between all ranks, even on one host.
+    Tcp,
+}
+
+/// Timeouts and transport of rendezvous and of collectives.
 #[derive(Clone, Debug)]
 pub struct CommConfig {
     /// How long `connect` waits, in total, for all peers to connect and
@@ -46,14 +57,17 @@ pub struct CommConfig {
     pub connect_timeout: Duration,
     /// How long a single read or write on a connection may block.
     pub io_timeout: Duration,
+    /// Which transport collectives use; every rank must be given the same.
+    pub transport: Transport,
 }
 
 impl Default for CommConfig {
-    /// 120 s to connect, 600 s per read or write.
+    /// 120 s to connect, 600 s per read or write, [`Transport::Auto`].
     fn default() -> Self {
         CommConfig {
             connect_timeout: Duration::from_secs(120),
             io_timeout: Duration::from_secs(600),
+            transport: Transport::Auto,
         }
     }
 }

@@ -35,7 +35,7 @@ mod rendezvous_service;
 mod wire;
 
 pub use collectives::{AllreduceOptions, Compression};
-pub use communicator::{CommConfig, Communicator};
+pub use communicator::{CommConfig, Communicator, Transport};
 pub use dtype::DataType;
 pub use engine::{Engine, EngineConfig, Handle, Operation, Output, Request};
 pub use error::{Error, Result};

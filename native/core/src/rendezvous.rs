@@ -731,6 +731,7 @@ mod tests {
         CommConfig {
             connect_timeout: Duration::from_millis(connect_ms),
             io_timeout: Duration::from_secs(10),
+            ..CommConfig::default()
         }
     }
 
@@ -772,6 +773,7 @@ mod tests {
         let huge = CommConfig {
             connect_timeout: Duration::MAX,
             io_timeout: Duration::MAX,
+            ..CommConfig::default()
         };
         let mut c1 = connect(listener, 1, &addresses, b"secret", &huge).unwrap();
         let mut c0 = handle.join().unwrap().unwrap();

@@ -27,6 +27,7 @@ fn on_mesh(body: fn(usize, &mut Communicator) -> Result<(), Error>) -> Vec<Resul
     let config = CommConfig {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),
+        ..CommConfig::default()
     };
     let (tx, rx) = mpsc::channel();
     for (rank, listener) in listeners.into_iter().enumerate() {

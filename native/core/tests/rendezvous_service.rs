@@ -246,6 +246,7 @@ fn service_and_listener_addresses_cannot_be_mixed_up() {
     let config = CommConfig {
         connect_timeout: Duration::from_millis(500),
         io_timeout: LONG,
+        ..CommConfig::default()
     };
     let mesh = thread::spawn(move || connect(listener, 0, &addresses, SECRET, &config));
     let err = exchange_entries(&listener_at, SECRET, 0, 2, 0, "a:1", LONG).unwrap_err();

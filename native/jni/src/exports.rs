@@ -98,6 +98,7 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
             let config = CommConfig {
                 connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
                 io_timeout: millis(io_timeout_ms, "io timeout")?,
+                ..CommConfig::default()
             };
             let communicator = horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
             Ok(into_handle(communicator))

@@ -17,13 +17,15 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use horovod_core::{connect, CommConfig, Communicator, Error, Listener};
+use horovod_core::{connect, CommConfig, Communicator, Error, Listener, Transport};
 
 const RANK_VAR: &str = "HVD_TEST_CHILD_RANK";
 const SCENARIO_VAR: &str = "HVD_TEST_SCENARIO";
 const SECRET_VAR: &str = "HVD_TEST_SECRET";
 const CONNECT_MS_VAR: &str = "HVD_TEST_CONNECT_MS";
 const IO_MS_VAR: &str = "HVD_TEST_IO_MS";
+/// "tcp" forces TCP; anything else (or unset) leaves `Transport::Auto`.
+pub const TRANSPORT_VAR: &str = "HVD_TEST_TRANSPORT";
 const PREFIX: &str = "HVD:";
 
 /// The secret ranks use unless a test gives one another.
@@ -295,6 +297,10 @@ pub fn config() -> CommConfig {
     CommConfig {
         connect_timeout: env_ms(CONNECT_MS_VAR),
         io_timeout: env_ms(IO_MS_VAR),
+        transport: match var(TRANSPORT_VAR).as_deref() {
+            Some("tcp") => Transport::Tcp,
+            _ => Transport::Auto,
+        },
     }
 }
 
