@@ -27,6 +27,7 @@ use log::debug;
 use crate::error::{Error, FirstError, Result};
 use crate::link::Link;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
+use crate::shm::ShmTransport;
 use crate::wire::{Header, HEADER_LEN};
 
 /// Messages up to this many bytes are written before receiving, on the
@@ -86,6 +87,9 @@ pub struct Communicator {
     pub(crate) seq: u64,
     /// Message of the failure that broke this communicator.
     failure: Option<String>,
+    /// The shared memory transport, when every rank is on this host; the
+    /// collectives then use it instead of the links.
+    shm: Option<ShmTransport>,
 }
 
 impl Communicator {
@@ -99,7 +103,20 @@ impl Communicator {
             links,
             seq: 0,
             failure: None,
+            shm: None,
         }
+    }
+
+    /// This communicator, running its collectives through `shm` if given.
+    pub(crate) fn with_shm(mut self, shm: Option<ShmTransport>) -> Communicator {
+        self.shm = shm;
+        self
+    }
+
+    /// Whether collectives go through shared memory (every rank is on this
+    /// host and the transport is `Auto`) rather than TCP.
+    pub fn uses_shared_memory(&self) -> bool {
+        self.shm.is_some()
     }
 
     /// This rank, in `0..size`.
@@ -128,9 +145,12 @@ impl Communicator {
         }
         let header = Header::allreduce(self.seq, T::CODE, op, data.len());
         self.seq += 1;
-        let result = self
-            .ring()
-            .and_then(|ring| ring_allreduce(&ring, data, op, &header));
+        let result = match &mut self.shm {
+            Some(shm) => shm.allreduce(&self.links, data, op, &header),
+            None => self
+                .ring()
+                .and_then(|ring| ring_allreduce(&ring, data, op, &header)),
+        };
         self.settle(result)
     }
 
@@ -142,7 +162,10 @@ impl Communicator {
         }
         let header = Header::barrier(self.seq);
         self.seq += 1;
-        let result = self.dissemination_barrier(&header);
+        let result = match &mut self.shm {
+            Some(shm) => shm.barrier(&self.links, &header),
+            None => self.dissemination_barrier(&header),
+        };
         self.settle(result)
     }
 
@@ -185,6 +208,9 @@ impl Communicator {
     }
 
     fn close(&self) {
+        if let Some(shm) = &self.shm {
+            shm.abort();
+        }
         for link in self.links.iter().flatten() {
             link.shutdown();
         }

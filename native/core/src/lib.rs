@@ -8,14 +8,16 @@
 //! The communicator then runs Horovod's collectives: allreduce (with scale
 //! factors, fp16 compression, grouped, or on untyped bytes), allgather,
 //! broadcast, alltoall, reducescatter and barrier, on eight element types
-//! ([`Element`], or [`DataType`] at run time).
+//! ([`Element`], or [`DataType`] at run time). Allreduce and barrier go
+//! through shared memory when every rank is on one host.
 //!
 //! Modules, one job each: `error` (what can fail), `auth` (HMAC
 //! challenge–response), `wire` (hello and header layouts),
 //! `rendezvous_service` (the driver's service gathering the ranks'
 //! addresses), `rendezvous` (listener, connect, handshakes), `link` (one
 //! connection and its error mapping), `communicator` (ring allreduce and
-//! barrier), `collectives` (the other collectives, one module each), `reduce`
+//! barrier over TCP), `shm` (allreduce and barrier through shared memory),
+//! `collectives` (the other collectives, one module each), `reduce`
 //! (operations and element types), `dtype` (element types at run time),
 //! `engine` (named asynchronous submissions negotiated across ranks, fused,
 //! run on a transport).
@@ -32,6 +34,7 @@ mod link;
 mod reduce;
 mod rendezvous;
 mod rendezvous_service;
+mod shm;
 mod wire;
 
 pub use collectives::{AllreduceOptions, Compression};

@@ -8,6 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -61,6 +62,41 @@ impl Link {
         (&self.stream)
             .read_exact(buf)
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
+    }
+
+    /// Copies up to `buf.len()` bytes waiting on the connection into `buf`
+    /// without consuming them or blocking; returns how many there were (0 if
+    /// none). A peer that closed the connection or died is `PeerLost`.
+    pub(crate) fn peek(&self, buf: &mut [u8], during: &str) -> Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // SAFETY: the descriptor is open for the life of `self`, and `buf`
+        // is writable for `buf.len()` bytes.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => Err(io_error(
+                io::ErrorKind::UnexpectedEof.into(),
+                self.rank,
+                during,
+                self.io_timeout,
+            )),
+            n if n > 0 => Ok(n as usize),
+            _ => {
+                let err = io::Error::last_os_error();
+                match err.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                    _ => Err(io_error(err, self.rank, during, self.io_timeout)),
+                }
+            }
+        }
     }
 
     /// Closes both directions, waking any thread blocked on this link and

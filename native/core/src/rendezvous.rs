@@ -39,6 +39,7 @@ use crate::auth::{self, Role, Secret, TAG_LEN};
 use crate::communicator::{CommConfig, Communicator};
 use crate::error::{Error, FirstError, Result};
 use crate::link::{io_error, Link};
+use crate::shm;
 use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, KIND_RANK, NATIVE_ENDIAN, PREFIX_LEN};
 
 /// Pause between polls of the non-blocking listener.
@@ -189,8 +190,12 @@ pub fn connect(
             }
         });
     }
-    debug!("rank {rank}: connected to all {size} ranks");
-    Ok(Communicator::new(rank, size, links))
+    let shm = shm::negotiate(rank, &links, addresses, config)?;
+    debug!(
+        "rank {rank}: connected to all {size} ranks; shared memory: {}",
+        shm.is_some()
+    );
+    Ok(Communicator::new(rank, size, links).with_shm(shm))
 }
 
 fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()> {
