@@ -1,8 +1,11 @@
-//! Allreduce among 1 to 4 real processes on 127.0.0.1, checked exactly
-//! against a reference each rank computes locally.
+//! Allreduce among 1 to 5 real processes on 127.0.0.1, checked exactly
+//! against a reference each rank computes locally, over shared memory (the
+//! default on one host) and over TCP (forced).
 //!
 //! Data is integer-valued, so float sums are exact whatever the reduction
-//! order and every result can be compared with `==`.
+//! order and every result can be compared with `==`. Non-integer data, whose
+//! result depends on the order of reduction, checks that every rank ends
+//! with the same bits.
 
 mod common;
 
@@ -15,6 +18,9 @@ use horovod_core::{Communicator, Element, ReduceOp};
 const LARGE_F32: usize = 4 * 1024 * 1024 + 3;
 /// 16 MiB of f64 plus a remainder.
 const LARGE_F64: usize = 2 * 1024 * 1024 + 3;
+
+/// More than one shared memory slot (1 MiB) of every element type.
+const MULTI_CHUNK_BYTES: usize = 3 * 1024 * 1024 + 12;
 
 const OPS: [ReduceOp; 5] = [
     ReduceOp::Sum,
@@ -105,9 +111,27 @@ fn check<T: Sample>(comm: &mut Communicator, op: ReduceOp, len: usize) -> Result
     Ok(())
 }
 
+/// FNV-1a of the result of reducing order-sensitive floats: equal on every
+/// rank exactly when the results are bit-identical.
+fn fingerprint(comm: &mut Communicator, op: ReduceOp, len: usize) -> Result<u64, String> {
+    let rank = comm.rank() as f64;
+    let mut data: Vec<f32> = (0..len)
+        .map(|i| ((i as f64 * 0.618_034 + rank * 0.377).sin() * 1e3) as f32)
+        .collect();
+    comm.allreduce(&mut data, op)
+        .map_err(|e| format!("fingerprint {op} of {len}: {e}"))?;
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for value in &data {
+        for byte in value.to_ne_bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    Ok(hash)
+}
+
 fn matrix(comm: &mut Communicator) -> Result<usize, String> {
     let n = comm.size();
-    let mut lens = vec![0, 1, n.saturating_sub(1), n, n + 1, 1031];
+    let mut lens = vec![0, 1, n.saturating_sub(1), n, n + 1, 1031, 4099];
     lens.sort_unstable();
     lens.dedup();
     let mut cases = 0;
@@ -121,11 +145,20 @@ fn matrix(comm: &mut Communicator) -> Result<usize, String> {
         }
         comm.barrier().map_err(|e| e.to_string())?;
     }
+    for op in OPS {
+        check::<f32>(comm, op, MULTI_CHUNK_BYTES / 4 + 1)?;
+        check::<i64>(comm, op, MULTI_CHUNK_BYTES / 8 + 3)?;
+    }
+    check::<f64>(comm, ReduceOp::Sum, MULTI_CHUNK_BYTES / 8)?;
+    check::<i32>(comm, ReduceOp::Average, MULTI_CHUNK_BYTES / 4 + 7)?;
     check::<f32>(comm, ReduceOp::Sum, LARGE_F32)?;
     check::<f64>(comm, ReduceOp::Average, LARGE_F64)?;
     check::<f32>(comm, ReduceOp::Max, LARGE_F32)?;
     comm.barrier().map_err(|e| e.to_string())?;
-    Ok(cases + 3)
+    for (op, len) in [(ReduceOp::Sum, 1001), (ReduceOp::Sum, 300_007)] {
+        say(format!("HASH {op} {len} {:x}", fingerprint(comm, op, len)?));
+    }
+    Ok(cases + 15)
 }
 
 /// Entry point of the rank processes; a no-op in the parent.
@@ -139,10 +172,13 @@ fn child_entry() {
         (Err(e), _) => return say_err(&e),
     };
     match common::scenario().as_str() {
-        "matrix" => match matrix(&mut comm) {
-            Ok(cases) => say(format!("OK {cases} cases")),
-            Err(failure) => say(format!("FAIL {failure}")),
-        },
+        "matrix" => {
+            say(format!("SHM {}", comm.uses_shared_memory()));
+            match matrix(&mut comm) {
+                Ok(cases) => say(format!("OK {cases} cases")),
+                Err(failure) => say(format!("FAIL {failure}")),
+            }
+        }
         "mismatch" => {
             // Rank r reduces 10 + r elements: every rank must refuse.
             let mut data = vec![1.0f32; 10 + rank];
@@ -158,33 +194,94 @@ fn child_entry() {
     }
 }
 
-fn run_matrix(size: usize) {
-    common::run_all_ok("matrix", size);
+fn run_matrix(size: usize, transport: &str) {
+    let spec = RankSpec::default().with(common::TRANSPORT_VAR, transport);
+    let mut job = Job::start("matrix", vec![spec; size]);
+    job.send_all();
+    let outputs = job.finish(Duration::from_secs(120));
+    let shm = size > 1 && transport != "tcp";
+    for (rank, lines) in outputs.iter().enumerate() {
+        assert!(
+            lines.last().is_some_and(|l| l.starts_with("OK ")),
+            "rank {rank} of {size}: {lines:?}"
+        );
+        assert_eq!(lines[0], format!("SHM {shm}"), "rank {rank} of {size}");
+        let hashes: Vec<_> = lines.iter().filter(|l| l.starts_with("HASH")).collect();
+        let first: Vec<_> = outputs[0]
+            .iter()
+            .filter(|l| l.starts_with("HASH"))
+            .collect();
+        assert_eq!(hashes.len(), 2, "rank {rank}: {lines:?}");
+        assert_eq!(hashes, first, "rank {rank} differs from rank 0");
+    }
+    common::assert_no_shm_leftovers();
 }
 
 #[test]
 fn allreduce_one_process() {
-    run_matrix(1);
+    run_matrix(1, "auto");
 }
 
 #[test]
-fn allreduce_two_processes() {
-    run_matrix(2);
+fn allreduce_two_processes_shared_memory() {
+    run_matrix(2, "auto");
 }
 
 #[test]
-fn allreduce_three_processes() {
-    run_matrix(3);
+fn allreduce_three_processes_shared_memory() {
+    run_matrix(3, "auto");
 }
 
 #[test]
-fn allreduce_four_processes() {
-    run_matrix(4);
+fn allreduce_four_processes_shared_memory() {
+    run_matrix(4, "auto");
+}
+
+#[test]
+fn allreduce_five_processes_shared_memory() {
+    run_matrix(5, "auto");
+}
+
+#[test]
+fn allreduce_two_processes_tcp() {
+    run_matrix(2, "tcp");
+}
+
+#[test]
+fn allreduce_three_processes_tcp() {
+    run_matrix(3, "tcp");
+}
+
+#[test]
+fn allreduce_four_processes_tcp() {
+    run_matrix(4, "tcp");
+}
+
+#[test]
+fn mixed_transports_agree_on_tcp() {
+    let auto = RankSpec::default().with(common::TRANSPORT_VAR, "auto");
+    let tcp = RankSpec::default().with(common::TRANSPORT_VAR, "tcp");
+    let mut job = Job::start("matrix", vec![auto.clone(), tcp, auto]);
+    job.send_all();
+    for (rank, lines) in job.finish(Duration::from_secs(120)).iter().enumerate() {
+        assert_eq!(lines[0], "SHM false", "rank {rank}: {lines:?}");
+        assert!(
+            lines.last().is_some_and(|l| l.starts_with("OK ")),
+            "{lines:?}"
+        );
+    }
 }
 
 #[test]
 fn mismatched_lengths_fail_on_every_rank() {
-    let mut job = Job::start("mismatch", vec![RankSpec::default(); 3]);
+    for transport in ["auto", "tcp"] {
+        mismatched_lengths_fail(transport);
+    }
+}
+
+fn mismatched_lengths_fail(transport: &str) {
+    let spec = RankSpec::default().with(common::TRANSPORT_VAR, transport);
+    let mut job = Job::start("mismatch", vec![spec; 3]);
     job.send_all();
     for (rank, lines) in job.finish(Duration::from_secs(30)).iter().enumerate() {
         assert_eq!(lines.len(), 2, "rank {rank}: {lines:?}");

@@ -1,5 +1,7 @@
 //! A rank that dies, drops its communicator or goes silent mid-collective
-//! makes its peers fail promptly with an error naming it, never hang.
+//! makes its peers fail promptly with an error naming it, never hang: over
+//! shared memory (the default on one host) and over TCP; and a killed rank
+//! leaves no shared memory segment behind.
 
 mod common;
 
@@ -22,7 +24,7 @@ fn child_entry() {
         (Err(e), _) => return say_err(&e),
     };
     let role = common::var("HVD_TEST_ROLE").unwrap_or_else(|| "loop".into());
-    say("READY");
+    say(format!("READY shm={}", comm.uses_shared_memory()));
     match role.as_str() {
         // Keep the communicator open and never call a collective.
         "silent" => thread::sleep(Duration::from_secs(60)),
@@ -73,8 +75,20 @@ fn killed_peer_is_reported_as_peer_lost() {
 
 #[test]
 fn peer_killed_mid_allreduce_fails_every_survivor_fast() {
-    let mut job = Job::start("kill", vec![role("loop"); 3]);
+    killed_mid_allreduce(role("loop"), "shm=true");
+    common::assert_no_shm_leftovers();
+}
+
+#[test]
+fn peer_killed_mid_allreduce_over_tcp_fails_every_survivor_fast() {
+    killed_mid_allreduce(role("loop").with(common::TRANSPORT_VAR, "tcp"), "shm=false");
+}
+
+fn killed_mid_allreduce(spec: RankSpec, transport: &str) {
+    let mut job = Job::start("kill", vec![spec; 3]);
     job.send_all();
+    let ready = job.expect(0, "READY", Duration::from_secs(10));
+    assert_eq!(ready, format!("READY {transport}"));
     job.expect(2, "ITER 2", Duration::from_secs(30));
     let killed = Instant::now();
     job.kill(2);

@@ -357,3 +357,32 @@ pub fn kind(error: &Error) -> &'static str {
 pub fn say_err(error: &Error) {
     say(format!("ERR {} {error}", kind(error)));
 }
+
+/// Names of shared memory segments of horovod-rs present in `/dev/shm`.
+pub fn shm_segments() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with("horovod-rs-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Panics unless `/dev/shm` holds no horovod-rs segment within a few seconds
+/// (tests running concurrently own segments only while they connect).
+pub fn assert_no_shm_leftovers() {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = shm_segments();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "segments left in /dev/shm: {left:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
