@@ -17,7 +17,14 @@ SPARK_ARGS      := --master '$(MASTER)' --jars $(JAR) --conf spark.plugins=horov
 export SPARK_HOME
 export PYSPARK_PYTHON := $(abspath $(PYTHON))
 
-.PHONY: demo test cargo-test java-test integration-test lint jar jar-release bench-launch tools clean
+# Peer benchmarks (Open MPI, Gloo) live beside the repository.
+PEERS           := ../shared/bench/peers/run-peers.sh
+BENCH_RANKS     := 2 3 4
+# 1: also install torch (PyPI's Linux wheel pulls its CUDA libraries, about
+# 5 GiB) into the project environment, so the peers include Gloo.
+BENCH_GLOO      ?= 0
+
+.PHONY: demo test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives tools clean
 
 demo: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
@@ -32,8 +39,22 @@ tools: .tools/gradle.stamp $(VENV)/.pyspark-$(PYSPARK_VERSION)
 	@command -v gradle >/dev/null || { apt-get update -qq && apt-get install -y -qq gradle; }
 	@mkdir -p .tools && touch $@
 
+.tools/openmpi.stamp:
+	@command -v mpicc >/dev/null || { apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev; }
+	@mkdir -p .tools && touch $@
+
+$(VENV)/.matplotlib:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q matplotlib
+	touch $@
+
+$(VENV)/.torch:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q torch
+	touch $@
+
 $(VENV)/.pyspark-$(PYSPARK_VERSION):
-	python3 -m venv $(VENV)
+	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q pyspark==$(PYSPARK_VERSION)
 	touch $@
 
@@ -71,6 +92,19 @@ integration-test: jar
 
 bench-launch: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)
+
+# Allreduce (f32 SUM, 4 B to 64 MiB, 2-4 ranks on this host): ours over shared
+# memory and over TCP, then the peers, as one CSV on stdout; then a table and
+# a plot in docs/bench/.
+bench-collectives: .tools/openmpi.stamp $(VENV)/.matplotlib $(if $(filter 1,$(BENCH_GLOO)),$(VENV)/.torch)
+	cargo build --release -p horovod-bench
+	@mkdir -p build/bench
+	bash -o pipefail -c '{ ./target/release/horovod-bench $(BENCH_RANKS); \
+	  first=1; for n in $(BENCH_RANKS); do \
+	    PYTHON=$(abspath $(PYTHON)) bash $(PEERS) $$n | tail -n +2 | \
+	      if [ $$first = 1 ]; then cat; else grep -v "^memcpy,"; fi; first=0; \
+	  done; } | tee build/bench/collectives.csv'
+	$(PYTHON) scripts/bench_collectives.py build/bench/collectives.csv docs/bench
 
 clean:
 	cargo clean
