@@ -1,6 +1,8 @@
 //! The engine on real rank processes over the TCP communicator: tensors
-//! submitted in a different order on every rank, fusion, and the errors that
-//! must reach every rank (mismatch, stall) instead of a hang.
+//! submitted in a different order on every rank, every collective the engine
+//! runs (broadcast, allgather, alltoall, reducescatter, scaled allreduce of
+//! half-precision floats), fusion, and the errors that must reach every rank
+//! (mismatch, stall) instead of a hang.
 //!
 //! Data is integer-valued, so sums are exact whatever the reduction order
 //! or fusion layout, and results are compared with `==`.
@@ -11,7 +13,8 @@ use std::time::Duration;
 
 use common::{say, say_err, Job};
 use horovod_core::{
-    Communicator, DataType, Engine, EngineConfig, Handle, Operation, ReduceOp, Request,
+    bf16, f16, Communicator, DataType, Engine, EngineConfig, Handle, Operation, Output, ReduceOp,
+    Request,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -115,6 +118,178 @@ fn fused_equals_unfused(comm: Communicator) -> Result<String, String> {
     Ok(format!("{count} tensors"))
 }
 
+/// Native-endian bytes of `values` converted by `to_bytes`.
+fn bytes<T, const N: usize>(
+    values: impl Iterator<Item = T>,
+    to_bytes: fn(T) -> [u8; N],
+) -> Vec<u8> {
+    values.flat_map(to_bytes).collect()
+}
+
+fn request(
+    name: &str,
+    operation: Operation,
+    dtype: DataType,
+    shape: &[usize],
+    data: Vec<u8>,
+) -> Request {
+    Request {
+        name: name.into(),
+        operation,
+        dtype,
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
+/// Rank `rank`'s tensors for every non-allreduce collective and a scaled
+/// half-precision allreduce, each with the result every rank must get.
+fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
+    let i32s = |v: &mut dyn Iterator<Item = i32>| bytes(v, i32::to_ne_bytes);
+    let i64s = |v: &mut dyn Iterator<Item = i64>| bytes(v, i64::to_ne_bytes);
+    let f32s = |v: &mut dyn Iterator<Item = f32>| bytes(v, f32::to_ne_bytes);
+    let (r, n) = (rank as i64, size as i64);
+    // Broadcast from rank 1 of a [2, 2] int tensor.
+    let broadcast = (
+        request(
+            "bcast",
+            Operation::Broadcast { root: 1 },
+            DataType::I32,
+            &[2, 2],
+            i32s(&mut (0..4).map(|j| 10 * rank as i32 + j)),
+        ),
+        Output {
+            data: i32s(&mut (0..4).map(|j| 10 + j)),
+            shape: vec![2, 2],
+        },
+    );
+    // Allgather of rank + 1 rows of 2 longs each.
+    let rows = |p: i64| (0..(p + 1) * 2).map(move |k| 100 * p + k);
+    let total_rows = (1..=size).sum::<usize>();
+    let allgather = (
+        request(
+            "gather",
+            Operation::Allgather,
+            DataType::I64,
+            &[rank + 1, 2],
+            i64s(&mut rows(r)),
+        ),
+        Output {
+            data: i64s(&mut (0..n).flat_map(rows)),
+            shape: vec![total_rows, 2],
+        },
+    );
+    // Alltoall: rank p sends p + 1 rows of 3 longs to each rank q, valued 1000 p + 10 q + k.
+    let block = |p: i64, q: i64| (0..(p + 1) * 3).map(move |k| 1000 * p + 10 * q + k);
+    let alltoall = (
+        request(
+            "a2a",
+            Operation::Alltoall {
+                splits: vec![rank + 1; size],
+            },
+            DataType::I64,
+            &[(rank + 1) * size, 3],
+            i64s(&mut (0..n).flat_map(|q| block(r, q))),
+        ),
+        Output {
+            data: i64s(&mut (0..n).flat_map(|p| block(p, r))),
+            shape: vec![total_rows, 3],
+        },
+    );
+    // Reducescatter of 7 rows of 3 floats: rank p gives (p + 1) * element;
+    // the rows split 3, 2, 2 over three ranks.
+    let (rows_total, width) = (7usize, 3usize);
+    let sum_weights = (size * (size + 1) / 2) as f32;
+    let first_row: usize = (0..rank)
+        .map(|p| rows_total / size + usize::from(p < rows_total % size))
+        .sum();
+    let my_rows = rows_total / size + usize::from(rank < rows_total % size);
+    let reducescatter = (
+        request(
+            "scatter",
+            Operation::Reducescatter { op: ReduceOp::Sum },
+            DataType::F32,
+            &[rows_total, width],
+            f32s(&mut (0..rows_total * width).map(|e| (rank + 1) as f32 * e as f32)),
+        ),
+        Output {
+            data: f32s(
+                &mut (first_row * width..(first_row + my_rows) * width)
+                    .map(|e| sum_weights * e as f32),
+            ),
+            shape: vec![my_rows, width],
+        },
+    );
+    // Scaled sums of half-precision floats: (2 (p + 1)) summed, then halved.
+    let scaled = Operation::Allreduce {
+        op: ReduceOp::Sum,
+        prescale: 2.0,
+        postscale: 0.5,
+    };
+    let half = (
+        request(
+            "half",
+            scaled.clone(),
+            DataType::F16,
+            &[3],
+            bytes(
+                (0..3).map(|_| f16::from_f32((rank + 1) as f32)),
+                f16::to_ne_bytes,
+            ),
+        ),
+        Output {
+            data: bytes((0..3).map(|_| f16::from_f32(sum_weights)), f16::to_ne_bytes),
+            shape: vec![3],
+        },
+    );
+    let brain = (
+        request(
+            "brain",
+            scaled,
+            DataType::Bf16,
+            &[2],
+            bytes(
+                (0..2).map(|_| bf16::from_f32((rank + 1) as f32)),
+                bf16::to_ne_bytes,
+            ),
+        ),
+        Output {
+            data: bytes(
+                (0..2).map(|_| bf16::from_f32(sum_weights)),
+                bf16::to_ne_bytes,
+            ),
+            shape: vec![2],
+        },
+    );
+    vec![broadcast, allgather, alltoall, reducescatter, half, brain]
+}
+
+/// Every collective, submitted in a rank-specific order, three times (the
+/// later times mostly from the response cache); every result checked.
+fn every_collective(comm: Communicator) -> Result<String, String> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let engine = engine(comm, EngineConfig::default())?;
+    for step in 0..3 {
+        let mut tensors = collectives(rank, size);
+        tensors.shuffle(&mut StdRng::seed_from_u64((rank * 10 + step) as u64));
+        let mut handles = Vec::new();
+        for (request, want) in tensors {
+            let handle = engine.submit(request).map_err(|e| e.to_string())?;
+            handles.push((handle, want));
+        }
+        for (mut handle, want) in handles {
+            let name = handle.name().to_string();
+            let got = handle
+                .wait(WAIT)
+                .map_err(|e| format!("step {step}: {name}: {e}"))?;
+            if got != want {
+                return Err(format!("step {step}: {name}: got {got:?}, want {want:?}"));
+            }
+        }
+    }
+    Ok("6 collectives, three times".into())
+}
+
 /// Child entry point; a no-op in the parent.
 #[test]
 fn child_entry() {
@@ -133,6 +308,7 @@ fn child_entry() {
     match common::scenario().as_str() {
         "random" => report(random_orders(comm)),
         "fused" => report(fused_equals_unfused(comm)),
+        "collectives" => report(every_collective(comm)),
         "mismatch" => {
             let engine = match engine(comm, EngineConfig::default()) {
                 Ok(engine) => engine,
@@ -188,6 +364,20 @@ fn random_submission_orders_on_four_processes() {
             lines.last().is_some_and(|l| l.starts_with("OK")),
             "rank {rank}: {lines:?}"
         );
+    }
+}
+
+#[test]
+fn every_collective_in_random_orders_on_three_processes() {
+    for (rank, lines) in run("collectives", 3).iter().enumerate() {
+        assert_eq!(lines, &["OK 6 collectives, three times"], "rank {rank}");
+    }
+}
+
+#[test]
+fn every_collective_in_random_orders_on_two_processes() {
+    for (rank, lines) in run("collectives", 2).iter().enumerate() {
+        assert_eq!(lines, &["OK 6 collectives, three times"], "rank {rank}");
     }
 }
 

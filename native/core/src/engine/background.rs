@@ -30,8 +30,8 @@ use super::handle::Completer;
 use super::message::ReadyResponse;
 use super::negotiation::{AfterBits, RankState};
 use super::request::{Operation, Output, Request};
-use super::transport::{unsupported, Transport};
-use crate::dtype::DataType;
+use super::transport::Transport;
+use crate::collectives::AllreduceOptions;
 
 /// A request and the completer of its handle.
 pub(crate) struct Submission {
@@ -237,13 +237,8 @@ impl<T: Transport> Background<T> {
                 postscale,
             } => {
                 let mut data = std::mem::take(&mut request.data);
-                scaled_allreduce(
-                    &mut self.transport,
-                    dtype,
-                    *op,
-                    (*prescale, *postscale),
-                    &mut data,
-                )?;
+                let options = allreduce_options(*op, *prescale, *postscale);
+                self.transport.allreduce(dtype, options, &mut data)?;
                 data
             }
             Operation::Barrier => {
@@ -304,13 +299,8 @@ impl<T: Transport> Background<T> {
             buffer[at..at + data.len()].copy_from_slice(data);
             at += data.len();
         }
-        scaled_allreduce(
-            &mut self.transport,
-            first.dtype,
-            op,
-            (prescale, postscale),
-            buffer,
-        )?;
+        let options = allreduce_options(op, prescale, postscale);
+        self.transport.allreduce(first.dtype, options, buffer)?;
         let mut at = 0;
         let mut outputs = Vec::with_capacity(submissions.len());
         for submission in submissions.iter_mut() {
@@ -327,48 +317,11 @@ impl<T: Transport> Background<T> {
     }
 }
 
-/// Allreduce with the input multiplied by `prescale` and the result by
-/// `postscale`. Scaling is checked before communicating, so an unsupported
-/// type fails the same way on every rank.
-fn scaled_allreduce<T: Transport>(
-    transport: &mut T,
-    dtype: DataType,
-    op: ReduceOp,
-    (prescale, postscale): (f64, f64),
-    data: &mut [u8],
-) -> Result<()> {
-    let scaled = prescale != 1.0 || postscale != 1.0;
-    if scaled && !matches!(dtype, DataType::F32 | DataType::F64) {
-        return Err(unsupported("scaled allreduce", dtype));
-    }
-    scale(dtype, data, prescale);
-    transport.allreduce(dtype, op, data)?;
-    scale(dtype, data, postscale);
-    Ok(())
-}
-
-/// Multiplies every f32 or f64 element of `data` by `factor`.
-fn scale(dtype: DataType, data: &mut [u8], factor: f64) {
-    if factor == 1.0 {
-        return;
-    }
-    match dtype {
-        DataType::F32 => {
-            for chunk in data.chunks_exact_mut(4) {
-                let mut v = [0u8; 4];
-                v.copy_from_slice(chunk);
-                let x = f32::from_ne_bytes(v) * factor as f32;
-                chunk.copy_from_slice(&x.to_ne_bytes());
-            }
-        }
-        DataType::F64 => {
-            for chunk in data.chunks_exact_mut(8) {
-                let mut v = [0u8; 8];
-                v.copy_from_slice(chunk);
-                let x = f64::from_ne_bytes(v) * factor;
-                chunk.copy_from_slice(&x.to_ne_bytes());
-            }
-        }
-        _ => {}
-    }
+/// What the transport's allreduce computes for an allreduce response; the
+/// transport applies the scale factors (request validation has limited them
+/// to float tensors).
+fn allreduce_options(op: ReduceOp, prescale: f64, postscale: f64) -> AllreduceOptions {
+    AllreduceOptions::new(op)
+        .with_prescale(prescale)
+        .with_postscale(postscale)
 }

@@ -33,6 +33,7 @@ mod background;
 mod coordinator;
 mod fusion;
 mod handle;
+mod local_transport;
 mod message;
 mod negotiation;
 mod request;
@@ -61,8 +62,9 @@ use stall::StallPolicy;
 
 pub use crate::dtype::DataType;
 pub use handle::Handle;
+pub use local_transport::LocalTransport;
 pub use request::{Operation, Output, Request};
-pub use transport::{LocalTransport, Transport};
+pub use transport::Transport;
 
 /// The engine's knobs. Defaults are Horovod's where Horovod has one.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,33 +1,40 @@
-//! What the engine needs from a transport, and two transports.
+//! What the engine needs from a transport, and its implementation on the
+//! TCP [`Communicator`].
 //!
 //! The engine's thread drives a [`Transport`]: a bitwise AND and a
 //! gather/broadcast of bytes for the control plane, and the collectives that
 //! execute responses on tensor bytes. Negotiation knows nothing of sockets;
 //! a transport knows nothing of negotiation.
 //!
-//! * [`Communicator`] implements it on the operations it has today: the
-//!   control plane, broadcast and allgather are built on `allreduce` of
-//!   `i64` words (each rank writes its own zero-padded slot, and a wrapping
-//!   sum with zeros is exact, so the result is every rank's bytes); the AND
-//!   packs each bit into a field wide enough to count the ranks, sums, and
-//!   keeps the fields that counted every rank. Allreduce runs on every
-//!   element type; alltoall and reducescatter are `Unsupported` for now.
-//! * [`LocalTransport`] connects threads of one process, for tests and
-//!   single-process use.
+//! On a [`Communicator`] every operation is one of its own collectives:
+//!
+//! * the control gather is its allgather with per-rank lengths, the control
+//!   broadcast its broadcast (the length first, then the bytes);
+//! * the AND packs each bit into a field wide enough to count the ranks,
+//!   sums with allreduce, and keeps the fields that counted every rank (the
+//!   ring has no bitwise reduction);
+//! * allreduce is `allreduce_bytes` with [`AllreduceOptions`], so scale
+//!   factors and compression apply to every float type, on the fusion buffer
+//!   in place;
+//! * broadcast, allgather and alltoall move the tensor's bytes as `u8`
+//!   (the engine has already agreed on the element type);
+//! * reducescatter splits by rows, the communicator's reducescatter by
+//!   elements: each rank's rows go into an equal, zero-padded block, so the
+//!   element split falls on the row split, and the padding is dropped after.
+//!
+//! [`super::LocalTransport`] connects threads of one process instead.
 //!
 //! Invariant for implementors: a collective either returns `Unsupported`
 //! before communicating, identically on every rank (the engine then fails
 //! just that tensor and carries on), or communicates; any other error is
 //! fatal to the engine.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
-
-use crate::communicator::Communicator;
+use crate::collectives::AllreduceOptions;
+use crate::communicator::{segment, Communicator};
+use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
-
-use crate::dtype::DataType;
+use crate::with_dtype;
 
 /// The operations the engine's thread runs on; every rank calls them in the
 /// same order with agreeing arguments.
@@ -50,8 +57,14 @@ pub trait Transport: Send {
     fn control_broadcast(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>>;
 
     /// Reduces `data` (elements of `dtype`) element-wise across ranks, in
-    /// place. `data` may be unaligned.
-    fn allreduce(&mut self, dtype: DataType, op: ReduceOp, data: &mut [u8]) -> Result<()>;
+    /// place, with the options' scale factors and compression. `data` may
+    /// be unaligned. Scale factors other than 1 come only with float types.
+    fn allreduce(
+        &mut self,
+        dtype: DataType,
+        options: AllreduceOptions,
+        data: &mut [u8],
+    ) -> Result<()>;
 
     /// Returns once every rank has called it.
     fn barrier(&mut self) -> Result<()>;
@@ -142,39 +155,52 @@ pub(crate) fn unpack_and(packed: &[i64], size: usize, words: &mut [u64]) {
 
 // -------------------------------------------------------------- communicator
 
-fn byte_len(value: i64) -> Result<usize> {
-    usize::try_from(value).map_err(|_| Error::ControlMessage {
-        detail: format!("negative length {value} in a byte exchange"),
-    })
+/// `bytes` cut into consecutive pieces of `lens` bytes.
+fn split_by(bytes: &[u8], lens: &[usize]) -> Vec<Vec<u8>> {
+    let mut rest = bytes;
+    lens.iter()
+        .map(|&len| {
+            let (head, tail) = rest.split_at(len.min(rest.len()));
+            rest = tail;
+            head.to_vec()
+        })
+        .collect()
 }
 
-/// Every rank's bytes on every rank, from two allreduces: one of the
-/// lengths, one of the zero-padded slots.
-fn allgather_bytes(comm: &mut Communicator, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+/// Reducescatter by rows of `row_bytes` bytes of `T`: rank `r`'s rows (as
+/// [`segment`] splits them) go into block `r` of `size` equal, zero-padded
+/// blocks, so the communicator's element-wise split of the padded buffer
+/// is exactly the row split; the padding is dropped from the result.
+fn reducescatter_rows<T: Element>(
+    comm: &mut Communicator,
+    op: ReduceOp,
+    data: &[u8],
+    row_bytes: usize,
+) -> Result<Vec<u8>> {
     let (rank, size) = (comm.rank(), comm.size());
-    let mut lens = vec![0i64; size];
-    lens[rank] = mine.len() as i64;
-    comm.allreduce(&mut lens, ReduceOp::Sum)?;
-    let lens = lens.into_iter().map(byte_len).collect::<Result<Vec<_>>>()?;
-    let offsets: Vec<usize> = lens
-        .iter()
-        .scan(0, |at, len| {
-            let start = *at;
-            *at += len.div_ceil(8);
-            Some(start)
-        })
-        .collect();
-    let total: usize = lens.iter().map(|l| l.div_ceil(8)).sum();
-    let mut words = vec![0i64; total];
-    let start = offsets[rank] * 8;
-    as_bytes_mut(&mut words)[start..start + mine.len()].copy_from_slice(mine);
-    comm.allreduce(&mut words, ReduceOp::Sum)?;
-    let bytes = as_bytes(&words);
-    Ok(offsets
-        .iter()
-        .zip(&lens)
-        .map(|(&o, &l)| bytes[o * 8..o * 8 + l].to_vec())
-        .collect())
+    let element = std::mem::size_of::<T>();
+    if data.is_empty() && row_bytes == 0 {
+        // A zero dimension after the first: nothing to reduce on any rank.
+        return Ok(Vec::new());
+    }
+    if row_bytes == 0 || row_bytes % element != 0 || data.len() % row_bytes != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "reducescatter of {} bytes in rows of {row_bytes} bytes of {}",
+            data.len(),
+            T::DTYPE
+        )));
+    }
+    let (rows, row_len) = (data.len() / row_bytes, row_bytes / element);
+    let block = rows.div_ceil(size) * row_len;
+    let mut padded = vec![T::ZERO; block * size];
+    for (r, slot) in padded.chunks_exact_mut(block.max(1)).enumerate().take(size) {
+        let mine = segment(rows, size, r);
+        let bytes = &data[mine.start * row_bytes..mine.end * row_bytes];
+        as_bytes_mut(&mut slot[..mine.len() * row_len]).copy_from_slice(bytes);
+    }
+    let reduced = comm.reducescatter(&padded, op)?;
+    let mine = segment(rows, size, rank).len() * row_len;
+    Ok(as_bytes(&reduced[..mine]).to_vec())
 }
 
 impl Transport for Communicator {
@@ -192,28 +218,35 @@ impl Transport for Communicator {
             return Ok(());
         }
         let mut packed = pack_bits(words, size);
-        self.allreduce(&mut packed, ReduceOp::Sum)?;
+        Communicator::allreduce(self, &mut packed, ReduceOp::Sum)?;
         unpack_and(&packed, size, words);
         Ok(())
     }
 
     fn control_gather(&mut self, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
-        let all = allgather_bytes(self, mine)?;
-        Ok((Communicator::rank(self) == 0).then_some(all))
+        let (bytes, lens) = Communicator::allgather(self, mine)?;
+        Ok((Communicator::rank(self) == 0).then(|| split_by(&bytes, &lens)))
     }
 
     fn control_broadcast(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mine = if Communicator::rank(self) == 0 {
-            bytes
-        } else {
-            Vec::new()
-        };
-        let mut all = allgather_bytes(self, &mine)?;
-        Ok(all.swap_remove(0))
+        let root = Communicator::rank(self) == 0;
+        let mut len = [i64::try_from(bytes.len()).unwrap_or(i64::MAX)];
+        Communicator::broadcast(self, &mut len, 0)?;
+        let len = usize::try_from(len[0]).map_err(|_| Error::ControlMessage {
+            detail: format!("rank 0 broadcast a negative length {}", len[0]),
+        })?;
+        let mut data = if root { bytes } else { vec![0u8; len] };
+        Communicator::broadcast(self, &mut data, 0)?;
+        Ok(data)
     }
 
-    fn allreduce(&mut self, dtype: DataType, op: ReduceOp, data: &mut [u8]) -> Result<()> {
-        self.allreduce_bytes(dtype, data, op)
+    fn allreduce(
+        &mut self,
+        dtype: DataType,
+        options: AllreduceOptions,
+        data: &mut [u8],
+    ) -> Result<()> {
+        self.allreduce_bytes(dtype, data, options)
     }
 
     fn barrier(&mut self) -> Result<()> {
@@ -221,25 +254,7 @@ impl Transport for Communicator {
     }
 
     fn broadcast(&mut self, _dtype: DataType, root: usize, data: &mut [u8]) -> Result<()> {
-        let mine = if Communicator::rank(self) == root {
-            data.to_vec()
-        } else {
-            Vec::new()
-        };
-        let all = allgather_bytes(self, &mine)?;
-        let theirs = &all[root];
-        if theirs.len() != data.len() {
-            return Err(Error::Mismatch {
-                rank: root,
-                detail: format!(
-                    "it broadcast {} bytes, this rank expected {}",
-                    theirs.len(),
-                    data.len()
-                ),
-            });
-        }
-        data.copy_from_slice(theirs);
-        Ok(())
+        Communicator::broadcast(self, data, root)
     }
 
     fn allgather(
@@ -248,219 +263,30 @@ impl Transport for Communicator {
         mine: &[u8],
         bytes_per_rank: &[usize],
     ) -> Result<Vec<u8>> {
-        let all = allgather_bytes(self, mine)?;
-        for (rank, (got, want)) in all.iter().zip(bytes_per_rank).enumerate() {
-            if got.len() != *want {
+        let (gathered, lens) = Communicator::allgather(self, mine)?;
+        for (rank, (got, want)) in lens.iter().zip(bytes_per_rank).enumerate() {
+            if got != want {
                 return Err(Error::Mismatch {
                     rank,
-                    detail: format!("it gathered {} bytes, expected {want}", got.len()),
+                    detail: format!("it gathered {got} bytes, the engine agreed on {want}"),
                 });
             }
         }
-        Ok(all.concat())
-    }
-}
-
-// ------------------------------------------------------------ local transport
-
-#[derive(Debug, Default)]
-struct Round {
-    /// Completed rounds; a round's result is published under its number.
-    generation: u64,
-    contributions: Vec<Option<Vec<u8>>>,
-    arrived: usize,
-    published: Option<(u64, Arc<Vec<Vec<u8>>>)>,
-    /// A rank whose transport was dropped.
-    closed: Option<usize>,
-}
-
-#[derive(Debug)]
-struct Exchange {
-    size: usize,
-    timeout: Duration,
-    round: Mutex<Round>,
-    changed: Condvar,
-}
-
-impl Exchange {
-    fn lock(&self) -> MutexGuard<'_, Round> {
-        self.round.lock().unwrap_or_else(PoisonError::into_inner)
+        Ok(gathered)
     }
 
-    /// Deposits `mine` and returns every rank's deposit of this round.
-    fn exchange(&self, rank: usize, mine: Vec<u8>) -> Result<Arc<Vec<Vec<u8>>>> {
-        let mut round = self.lock();
-        if let Some(closed) = round.closed {
-            return Err(lost(closed));
-        }
-        let generation = round.generation;
-        round.contributions[rank] = Some(mine);
-        round.arrived += 1;
-        if round.arrived == self.size {
-            let all: Vec<Vec<u8>> = round
-                .contributions
-                .iter_mut()
-                .map(|c| c.take().unwrap_or_default())
-                .collect();
-            let all = Arc::new(all);
-            round.published = Some((generation, all.clone()));
-            round.generation += 1;
-            round.arrived = 0;
-            self.changed.notify_all();
-            return Ok(all);
-        }
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            if let Some((g, all)) = &round.published {
-                if *g == generation {
-                    return Ok(all.clone());
-                }
-            }
-            if let Some(closed) = round.closed {
-                return Err(lost(closed));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout {
-                    what: format!(
-                        "after {:?} waiting for the other threads in a local exchange",
-                        self.timeout
-                    ),
-                    rank: None,
-                });
-            }
-            round = self
-                .changed
-                .wait_timeout(round, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-}
-
-fn lost(rank: usize) -> Error {
-    Error::PeerLost {
-        rank,
-        context: "in a local exchange: its transport was dropped".into(),
-    }
-}
-
-/// A transport between threads of one process: every operation is one
-/// exchange of byte vectors through shared memory. Supports allreduce of
-/// f32, f64, i32 and i64, and broadcast, allgather and barrier of any type.
-#[derive(Debug)]
-pub struct LocalTransport {
-    rank: usize,
-    exchange: Arc<Exchange>,
-}
-
-impl LocalTransport {
-    /// `size` connected transports, rank `r` at index `r`; an operation
-    /// waits at most `timeout` for the others.
-    pub fn group(size: usize, timeout: Duration) -> Vec<LocalTransport> {
-        let exchange = Arc::new(Exchange {
-            size,
-            timeout,
-            round: Mutex::new(Round {
-                contributions: vec![None; size],
-                ..Round::default()
-            }),
-            changed: Condvar::new(),
-        });
-        (0..size)
-            .map(|rank| LocalTransport {
-                rank,
-                exchange: exchange.clone(),
-            })
-            .collect()
+    fn alltoall(&mut self, _dtype: DataType, data: &[u8], send_bytes: &[usize]) -> Result<Vec<u8>> {
+        Ok(Communicator::alltoall(self, data, send_bytes)?.0)
     }
 
-    fn exchange(&self, mine: Vec<u8>) -> Result<Arc<Vec<Vec<u8>>>> {
-        self.exchange.exchange(self.rank, mine)
-    }
-}
-
-impl Drop for LocalTransport {
-    fn drop(&mut self) {
-        let mut round = self.exchange.lock();
-        round.closed.get_or_insert(self.rank);
-        self.exchange.changed.notify_all();
-    }
-}
-
-fn reduce_all<T: Element>(all: &[Vec<u8>], op: ReduceOp, out: &mut [u8]) {
-    let n = out.len() / std::mem::size_of::<T>();
-    let mut acc = vec![T::ZERO; n];
-    let mut next = vec![T::ZERO; n];
-    for (i, bytes) in all.iter().enumerate() {
-        let target = if i == 0 { &mut acc } else { &mut next };
-        as_bytes_mut(target).copy_from_slice(bytes);
-        if i > 0 {
-            T::reduce(&mut acc, &next, op);
-        }
-    }
-    if op == ReduceOp::Average {
-        T::divide(&mut acc, all.len());
-    }
-    out.copy_from_slice(as_bytes(&acc));
-}
-
-impl Transport for LocalTransport {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn size(&self) -> usize {
-        self.exchange.size
-    }
-
-    fn bitwise_and(&mut self, words: &mut [u64]) -> Result<()> {
-        let all = self.exchange(words.iter().flat_map(|w| w.to_le_bytes()).collect())?;
-        for (i, word) in words.iter_mut().enumerate() {
-            *word = all.iter().fold(u64::MAX, |acc, bytes| {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
-                acc & u64::from_le_bytes(w)
-            });
-        }
-        Ok(())
-    }
-
-    fn control_gather(&mut self, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
-        let all = self.exchange(mine.to_vec())?;
-        Ok((self.rank == 0).then(|| all.to_vec()))
-    }
-
-    fn control_broadcast(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mine = if self.rank == 0 { bytes } else { Vec::new() };
-        Ok(self.exchange(mine)?[0].clone())
-    }
-
-    fn allreduce(&mut self, dtype: DataType, op: ReduceOp, data: &mut [u8]) -> Result<()> {
-        let reduce = match dtype {
-            DataType::F32 => reduce_all::<f32>,
-            DataType::F64 => reduce_all::<f64>,
-            DataType::I32 => reduce_all::<i32>,
-            DataType::I64 => reduce_all::<i64>,
-            other => return Err(unsupported("allreduce", other)),
-        };
-        let all = self.exchange(data.to_vec())?;
-        reduce(&all, op, data);
-        Ok(())
-    }
-
-    fn barrier(&mut self) -> Result<()> {
-        self.exchange(Vec::new()).map(|_| ())
-    }
-
-    fn broadcast(&mut self, _dtype: DataType, root: usize, data: &mut [u8]) -> Result<()> {
-        let all = self.exchange(data.to_vec())?;
-        data.copy_from_slice(&all[root]);
-        Ok(())
-    }
-
-    fn allgather(&mut self, _: DataType, mine: &[u8], _: &[usize]) -> Result<Vec<u8>> {
-        Ok(self.exchange(mine.to_vec())?.concat())
+    fn reducescatter(
+        &mut self,
+        dtype: DataType,
+        op: ReduceOp,
+        data: &[u8],
+        row_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        with_dtype!(dtype, T => reducescatter_rows::<T>(self, op, data, row_bytes))
     }
 }
 
@@ -468,7 +294,6 @@ impl Transport for LocalTransport {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
-    use std::thread;
 
     #[test]
     fn packed_sums_give_the_and() {
@@ -497,39 +322,10 @@ mod tests {
     }
 
     #[test]
-    fn local_transport_runs_every_operation() {
-        let results: Vec<_> = LocalTransport::group(3, Duration::from_secs(10))
-            .into_iter()
-            .map(|mut t| {
-                thread::spawn(move || {
-                    let rank = t.rank();
-                    let mut words = [u64::MAX, 1 << rank];
-                    t.bitwise_and(&mut words).unwrap();
-                    let gathered = t.control_gather(&[rank as u8; 2]).unwrap();
-                    let told = t.control_broadcast(vec![9, rank as u8]).unwrap();
-                    let mut data = as_bytes(&[rank as f32 + 1.0, 2.0]).to_vec();
-                    t.allreduce(DataType::F32, ReduceOp::Sum, &mut data)
-                        .unwrap();
-                    t.barrier().unwrap();
-                    (words, gathered, told, data)
-                })
-            })
-            .collect();
-        for (rank, result) in results.into_iter().enumerate() {
-            let (words, gathered, told, data) = result.join().unwrap();
-            assert_eq!(words, [u64::MAX, 0]);
-            assert_eq!(gathered.is_some(), rank == 0);
-            assert_eq!(told, vec![9, 0]);
-            assert_eq!(data, as_bytes(&[6.0f32, 6.0]));
-        }
-    }
-
-    #[test]
-    fn a_dropped_local_peer_is_lost() {
-        let mut group = LocalTransport::group(2, Duration::from_secs(10));
-        let other = group.pop();
-        drop(other);
-        let err = group[0].barrier().unwrap_err();
-        assert!(err.is_peer_lost(), "{err}");
+    fn split_by_cuts_consecutive_pieces() {
+        assert_eq!(
+            split_by(&[1, 2, 3, 4, 5], &[2, 0, 3]),
+            vec![vec![1, 2], vec![], vec![3, 4, 5]]
+        );
     }
 }
