@@ -30,6 +30,7 @@
 //! 0's values are used everywhere.
 
 mod background;
+mod config;
 mod coordinator;
 mod fusion;
 mod handle;
@@ -44,12 +45,10 @@ mod transport;
 #[cfg(test)]
 mod simulation;
 
+use log::warn;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
-
-use log::warn;
 
 use crate::error::{Error, Result};
 
@@ -61,49 +60,11 @@ use negotiation::RankState;
 use stall::StallPolicy;
 
 pub use crate::dtype::DataType;
+pub use config::EngineConfig;
 pub use handle::Handle;
 pub use local_transport::LocalTransport;
 pub use request::{Operation, Output, Request};
 pub use transport::Transport;
-
-/// The engine's knobs. Defaults are Horovod's where Horovod has one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// Time between the starts of two negotiation cycles
-    /// (`HOROVOD_CYCLE_TIME`, default 1 ms). Shorter lowers latency, longer
-    /// fuses more tensors per cycle.
-    pub cycle_time: Duration,
-    /// Most bytes fused into one allreduce (`HOROVOD_FUSION_THRESHOLD`,
-    /// default 128 MiB); 0 turns fusion off. Rank 0's value is used.
-    pub fusion_threshold: usize,
-    /// A tensor submitted by some ranks and not others for this long is
-    /// logged with the missing ranks, and again every period
-    /// (`HOROVOD_STALL_CHECK_TIME_SECONDS`, default 60 s); zero turns it off.
-    pub stall_warning: Duration,
-    /// A tensor submitted by some ranks and not others for this long fails
-    /// on every rank with an error naming the missing ranks
-    /// (`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`; zero turns it off). Default
-    /// 600 s, not Horovod's "off": a rank that never submits a tensor would
-    /// otherwise hold every executor of the barrier stage forever; 600 s is
-    /// far above any honest skew between ranks and matches the
-    /// communicator's default per-read timeout. Rank 0's value decides.
-    pub stall_timeout: Duration,
-    /// Responses kept in the response cache (`HOROVOD_CACHE_CAPACITY`,
-    /// default 1024); 0 turns the cache off. Rank 0's value is used.
-    pub cache_capacity: usize,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            cycle_time: Duration::from_millis(1),
-            fusion_threshold: 128 * 1024 * 1024,
-            stall_warning: Duration::from_secs(60),
-            stall_timeout: Duration::from_secs(600),
-            cache_capacity: 1024,
-        }
-    }
-}
 
 /// Largest cache accepted: its bit vectors are ANDed every cycle.
 const MAX_CACHE_CAPACITY: usize = 1 << 20;

@@ -14,7 +14,7 @@ use std::fmt;
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::reduce::ReduceOp;
+use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 
 /// The collective to run on a tensor.
 #[derive(Clone, Debug, PartialEq)]
@@ -126,6 +126,23 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request for `data`, elements of `T` laid out in `shape`; the
+    /// elements are copied into the request's bytes.
+    pub fn from_elements<T: Element>(
+        name: impl Into<String>,
+        operation: Operation,
+        shape: Vec<usize>,
+        data: &[T],
+    ) -> Request {
+        Request {
+            name: name.into(),
+            operation,
+            dtype: T::DTYPE,
+            shape,
+            data: as_bytes(data).to_vec(),
+        }
+    }
+
     /// Checks what can be checked on this rank alone: the data length
     /// matches the shape (a barrier may also carry no data at all), broadcast roots and alltoall splits fit `size`
     /// ranks, scale factors are finite and only used on float tensors.
@@ -263,6 +280,20 @@ pub struct Output {
     pub shape: Vec<usize>,
 }
 
+impl Output {
+    /// The result's elements as `T`: `None` unless `data` is a whole number
+    /// of them.
+    pub fn to_elements<T: Element>(&self) -> Option<Vec<T>> {
+        let size = std::mem::size_of::<T>();
+        if self.data.len() % size != 0 {
+            return None;
+        }
+        let mut elements = vec![T::ZERO; self.data.len() / size];
+        as_bytes_mut(&mut elements).copy_from_slice(&self.data);
+        Some(elements)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +339,18 @@ mod tests {
         assert!(TensorMeta::disagreement(&metas)
             .unwrap()
             .starts_with("operation differs: broadcast from rank 0 on ranks [0]"));
+    }
+
+    #[test]
+    fn elements_round_trip_through_requests_and_outputs() {
+        let request = Request::from_elements("x", Operation::Allgather, vec![3], &[1i32, -2, 3]);
+        assert_eq!((request.dtype, request.data.len()), (DataType::I32, 12));
+        let output = Output {
+            data: request.data,
+            shape: vec![3],
+        };
+        assert_eq!(output.to_elements::<i32>(), Some(vec![1, -2, 3]));
+        assert_eq!(output.to_elements::<i64>(), None);
     }
 
     #[test]
