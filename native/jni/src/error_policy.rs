@@ -28,6 +28,9 @@ impl JniError {
     fn java_class(&self) -> &'static str {
         match self {
             JniError::Core(e) if e.is_peer_lost() => PEER_LOST_EXCEPTION,
+            // An engine stops when some rank's stops (its function returned or threw) or its
+            // transport fails: a consequence of another rank, like a lost peer.
+            JniError::Core(horovod_core::Error::EngineStopped { .. }) => PEER_LOST_EXCEPTION,
             JniError::Core(horovod_core::Error::Timeout { .. }) => TIMEOUT_EXCEPTION,
             _ => BASE_EXCEPTION,
         }

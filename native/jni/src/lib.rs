@@ -8,6 +8,8 @@
 //! Invariant: no export lets a panic or a Rust error unwind into the JVM; every
 //! one goes through `EnvUnowned::with_env(..).resolve::<ThrowHorovodException>()`.
 
+mod arrays;
+mod engine_exports;
 mod error_policy;
 mod exports;
 mod handles;

@@ -98,6 +98,43 @@ public class HorovodRunnerIT {
     }
 
     @Test(timeout = 120_000)
+    public void asyncNamesSubmittedInDifferentOrdersAllComplete() {
+        List<String> results = HorovodRunner.run(spark, 2, ctx -> {
+            int r = ctx.rank();
+            List<String> order = r == 0 ? List.of("a", "b", "c") : List.of("c", "a", "b");
+            java.util.Map<String, HorovodHandle<float[]>> handles = new java.util.HashMap<>();
+            for (String name : order) {
+                handles.put(name, ctx.allreduceAsync(name, new float[] {name.charAt(0), r + 1}, ReduceOp.SUM));
+            }
+            StringBuilder out = new StringBuilder();
+            for (String name : List.of("a", "b", "c")) {
+                try (HorovodHandle<float[]> handle = handles.get(name)) {
+                    out.append(name).append(java.util.Arrays.toString(handle.await()));
+                }
+            }
+            return out.toString();
+        });
+        String expected = "a[194.0, 3.0]b[196.0, 3.0]c[198.0, 3.0]";
+        assertEquals(List.of(expected, expected), results);
+    }
+
+    @Test(timeout = 120_000)
+    public void aMismatchedShapeFailsOnEveryRankNamingTheTensorAndRanks() {
+        List<String> results = HorovodRunner.run(spark, 2, ctx -> {
+            try (HorovodHandle<double[]> handle =
+                    ctx.allreduceAsync("weights", new double[ctx.rank() + 2], ReduceOp.SUM)) {
+                handle.await();
+                return "no error";
+            } catch (HorovodException e) {
+                return e.getClass().getSimpleName() + ": " + e.getMessage();
+            }
+        });
+        String expected = "HorovodException: tensor 'weights' was submitted differently across ranks: "
+                + "shape differs: [2] on ranks [0]; [3] on ranks [1]";
+        assertEquals(List.of(expected, expected), results);
+    }
+
+    @Test(timeout = 120_000)
     public void aThrowingRankFailsTheJobWithItsMessageQuickly() {
         long start = System.nanoTime();
         try {

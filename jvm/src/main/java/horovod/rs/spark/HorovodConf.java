@@ -30,9 +30,30 @@ public final class HorovodConf<T> {
                     + "one more port); false uses Spark's barrier allGather, about a second slower per job.",
             (conf, key) -> parseBoolean(conf.get(key, "true")));
 
+    public static final HorovodConf<Long> FUSION_THRESHOLD_BYTES = new HorovodConf<>(
+            "spark.horovod.rs.fusionThreshold", "128m",
+            "Most bytes the engine fuses into one allreduce; 0 turns fusion off; rank 0's value is used "
+                    + "(Horovod's `HOROVOD_FUSION_THRESHOLD`). Spark size suffixes (`64m`, `1g`) apply.",
+            (conf, key) -> conf.getSizeAsBytes(key, "128m"));
+    public static final HorovodConf<Long> CYCLE_TIME_MS = time(
+            "spark.horovod.rs.cycleTime", "1ms",
+            "Time between the starts of two engine cycles: shorter lowers the latency of a single "
+                    + "collective, longer fuses more tensors per cycle (Horovod's `HOROVOD_CYCLE_TIME`).");
+    public static final HorovodConf<Long> STALL_WARNING_MS = time(
+            "spark.horovod.rs.stallWarning", "60s",
+            "A tensor submitted by some ranks and not others for this long is logged with the missing "
+                    + "ranks, and again every period; 0 turns it off (Horovod's "
+                    + "`HOROVOD_STALL_CHECK_TIME_SECONDS`).");
+    public static final HorovodConf<Long> STALL_TIMEOUT_MS = time(
+            "spark.horovod.rs.stallTimeout", "600s",
+            "A tensor submitted by some ranks and not others for this long fails on every rank that "
+                    + "submitted it, naming the missing ranks; 0 waits forever (Horovod's "
+                    + "`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`).");
+
     /** All keys, for documentation. */
     public static final List<HorovodConf<?>> ALL = List.of(
-            START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK, DRIVER_RENDEZVOUS);
+            START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK, DRIVER_RENDEZVOUS,
+            FUSION_THRESHOLD_BYTES, CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS);
 
     private final String key;
     private final String defaultValue;

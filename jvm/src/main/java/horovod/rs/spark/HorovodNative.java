@@ -4,7 +4,7 @@ package horovod.rs.spark;
  * The only class with {@code native} methods: the gateway to the Rust engine (native/jni).
  *
  * <p>Native objects are opaque {@code long} handles owned by the Java wrappers
- * ({@link NativeCommunicator}); each wrapper serialises calls on its handle and closes it once.
+ * ({@link NativeHandle} subclasses); each wrapper serialises calls on its handle and closes it once.
  * Errors arrive as {@link HorovodException} (or a subclass) carrying the Rust error's message.
  */
 final class HorovodNative {
@@ -46,20 +46,40 @@ final class HorovodNative {
 
     static native void closeCommunicator(long communicator);
 
-    static native void barrier(long communicator);
+    /**
+     * Starts this rank's engine; consumes the communicator handle even when it fails.
+     *
+     * @param config the engine's knobs, {@code key=value} per line ({@link HorovodRunOptions#engineConfig()})
+     */
+    static native long engineStart(long communicator, String config);
+
+    /** Stops the engine on every rank and waits for this rank's engine thread. */
+    static native void engineClose(long engine);
 
     /*
-     * The collectives take a byte[], int[], long[], float[] or double[] as data and return a new
-     * array of the same type.
+     * Submissions take a byte[], int[], long[], float[] or double[] as data and return a tensor
+     * handle at once; the result is a new array of the same type (an empty byte[] for a barrier).
      */
 
-    static native Object allreduce(long communicator, Object data, String op, double prescale, double postscale);
+    static native long submitAllreduce(long engine, String name, Object data, String op, double prescale,
+            double postscale);
 
-    static native Object broadcast(long communicator, Object data, int root);
+    static native long submitBroadcast(long engine, String name, Object data, int root);
 
-    static native Object allgather(long communicator, Object data);
+    static native long submitAllgather(long engine, String name, Object data);
 
-    static native Object alltoall(long communicator, Object data, int[] splits);
+    static native long submitAlltoall(long engine, String name, Object data, int[] splits);
 
-    static native Object reducescatter(long communicator, Object data, String op);
+    static native long submitReducescatter(long engine, String name, Object data, String op);
+
+    static native long submitBarrier(long engine, String name);
+
+    /** The tensor's result, or null while it is in flight; throws its error. */
+    static native Object tensorPoll(long tensor);
+
+    /** Waits at most {@code timeoutMs} for the tensor's result; null if it is still in flight. */
+    static native Object tensorWait(long tensor, long timeoutMs);
+
+    /** Frees a tensor handle, done or not. */
+    static native void tensorFree(long tensor);
 }

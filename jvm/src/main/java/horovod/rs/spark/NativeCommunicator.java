@@ -3,20 +3,21 @@ package horovod.rs.spark;
 import java.util.List;
 
 /**
- * One rank's connections to all other ranks, owned by Java through a native handle.
+ * One rank's connections to all other ranks, owned by Java through a native handle until an
+ * engine takes them over ({@link #startEngine}).
  *
- * <p>Calls are serialised on this object; {@link #close()} frees the native side once, and the
- * other ranks blocked on a collective with this one then fail fast instead of waiting.
+ * <p>{@link #close()} frees the native side once; the other ranks then fail fast instead of
+ * waiting for this one.
  */
 final class NativeCommunicator extends NativeHandle {
     private NativeCommunicator(long handle) {
-        super("communicator (collectives are only possible inside the rank function)", handle);
+        super("communicator", handle, HorovodNative::closeCommunicator);
     }
 
     /** Rendezvous listener: bound before the addresses are exchanged, consumed by connect. */
     static final class Listener extends NativeHandle {
         Listener(String bindAddress) {
-            super("rendezvous listener", HorovodNative.listen(bindAddress));
+            super("rendezvous listener", HorovodNative.listen(bindAddress), HorovodNative::closeListener);
         }
 
         synchronized int port() {
@@ -29,50 +30,15 @@ final class NativeCommunicator extends NativeHandle {
             return new NativeCommunicator(HorovodNative.connect(
                     release(), rank, String.join("\n", addresses), secret, connectTimeoutMs, ioTimeoutMs));
         }
-
-        @Override
-        void free(long handle) {
-            HorovodNative.closeListener(handle);
-        }
     }
 
-    /*
-     * The collectives take a byte[], int[], long[], float[] or double[] as data and return a new
-     * array of the same type; arguments are checked by HorovodContext.
+    /**
+     * Starts this rank's engine on these connections; the engine's thread owns them from then on,
+     * and this communicator is used up whether this succeeds or not.
+     *
+     * @param config the engine's knobs as {@link HorovodRunOptions#engineConfig()} renders them
      */
-
-    synchronized <A> A allreduce(A data, ReduceOp op, double prescale, double postscale) {
-        return sameType(data, HorovodNative.allreduce(live(), data, op.name(), prescale, postscale));
-    }
-
-    synchronized <A> A broadcast(A data, int root) {
-        return sameType(data, HorovodNative.broadcast(live(), data, root));
-    }
-
-    synchronized <A> A allgather(A data) {
-        return sameType(data, HorovodNative.allgather(live(), data));
-    }
-
-    synchronized <A> A alltoall(A data, int[] splits) {
-        return sameType(data, HorovodNative.alltoall(live(), data, splits));
-    }
-
-    synchronized <A> A reducescatter(A data, ReduceOp op) {
-        return sameType(data, HorovodNative.reducescatter(live(), data, op.name()));
-    }
-
-    /** The native side returns an array of its input's class; this checks it and types it so. */
-    @SuppressWarnings("unchecked")
-    private static <A> A sameType(A data, Object result) {
-        return (A) data.getClass().cast(result);
-    }
-
-    synchronized void barrier() {
-        HorovodNative.barrier(live());
-    }
-
-    @Override
-    void free(long handle) {
-        HorovodNative.closeCommunicator(handle);
+    synchronized NativeEngine startEngine(String config) {
+        return new NativeEngine(HorovodNative.engineStart(release(), config));
     }
 }

@@ -33,6 +33,8 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
     private final byte[] secret;
     private final long connectTimeoutMs;
     private final long collectiveTimeoutMs;
+    /** The engine's knobs, parsed on the driver ({@link HorovodRunOptions#engineConfig()}). */
+    private final String engineConfig;
     /** The driver's rendezvous service, {@code host:port}; null to exchange with allGather. */
     private final String serviceAddress;
 
@@ -43,6 +45,7 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
         this.serviceAddress = serviceAddress;
         this.connectTimeoutMs = options.connectTimeout().toMillis();
         this.collectiveTimeoutMs = options.collectiveTimeout().toMillis();
+        this.engineConfig = options.engineConfig();
     }
 
     @Override
@@ -66,10 +69,12 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
             List<String> entries = exchange(task, rank, myEntry);
             checkEveryRankListens(entries);
             List<String> hosts = hostsOf(entries);
-            try (NativeCommunicator communicator =
-                    owned.connect(rank, entries, secret, connectTimeoutMs, collectiveTimeoutMs)) {
+            // The engine's thread owns the connections from here on; closing the engine stops it
+            // on every rank, so a rank that returns or throws early does not leave peers waiting.
+            try (NativeEngine engine = owned.connect(rank, entries, secret, connectTimeoutMs, collectiveTimeoutMs)
+                    .startEngine(engineConfig)) {
                 HorovodContext ctx = new HorovodContext(rank, size, localRank(hosts, rank), localSize(hosts, rank),
-                        gpuAddresses(task), communicator);
+                        gpuAddresses(task), engine);
                 return RankOutcome.success(rank, fn.call(ctx));
             }
         } catch (Throwable e) {

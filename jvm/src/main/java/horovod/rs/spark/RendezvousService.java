@@ -10,7 +10,7 @@ package horovod.rs.spark;
  */
 final class RendezvousService extends NativeHandle {
     private RendezvousService(long handle) {
-        super("rendezvous service", handle);
+        super("rendezvous service", handle, HorovodNative::stopRendezvousService);
     }
 
     static RendezvousService start(byte[] secret, int size) {
@@ -20,10 +20,5 @@ final class RendezvousService extends NativeHandle {
 
     synchronized int port() {
         return HorovodNative.rendezvousServicePort(live());
-    }
-
-    @Override
-    void free(long handle) {
-        HorovodNative.stopRendezvousService(handle);
     }
 }

@@ -33,6 +33,23 @@ public class HorovodConfTest {
     }
 
     @Test
+    public void engineKnobsTravelAsOneConfigText() {
+        assertEquals("cycle_time_ms=1\nfusion_threshold_bytes=134217728\nstall_warning_ms=60000\n"
+                + "stall_timeout_ms=600000\n", HorovodRunOptions.fromConf(new SparkConf(false)).engineConfig());
+        SparkConf conf = new SparkConf(false)
+                .set("spark.horovod.rs.fusionThreshold", "64m")
+                .set("spark.horovod.rs.cycleTime", "5ms")
+                .set("spark.horovod.rs.stallWarning", "0s")
+                .set("spark.horovod.rs.stallTimeout", "2min");
+        HorovodRunOptions options = HorovodRunOptions.fromConf(conf);
+        assertEquals(64L << 20, options.fusionThresholdBytes());
+        assertEquals("cycle_time_ms=5\nfusion_threshold_bytes=67108864\nstall_warning_ms=0\n"
+                + "stall_timeout_ms=120000\n", options.engineConfig());
+        assertEquals(Duration.ofSeconds(3), options.withStallTimeout(Duration.ofSeconds(3)).stallTimeout());
+        assertEquals(Duration.ofMinutes(2), options.stallTimeout());
+    }
+
+    @Test
     public void aBadValueNamesItsKey() {
         SparkConf conf = new SparkConf(false).set("spark.horovod.rs.driverRendezvous", "yes please");
         try {

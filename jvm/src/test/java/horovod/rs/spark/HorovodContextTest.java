@@ -11,13 +11,15 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
-import java.util.function.BiFunction;
 import java.util.function.Function;
 import org.junit.AfterClass;
 import org.junit.Test;
 
-/** The JNI path in one JVM: two ranks on two threads, talking over loopback TCP. */
-public class NativeCommunicatorTest {
+/** The JNI path in one JVM: ranks on threads, each with its engine, talking over loopback TCP. */
+public class HorovodContextTest {
+    /** Engine knobs for tests: a short stall timeout, so a missing tensor fails within the test. */
+    private static final String ENGINE_CONFIG = HorovodRunOptions.fromConf(new org.apache.spark.SparkConf(false))
+            .withStallTimeout(java.time.Duration.ofSeconds(5)).engineConfig();
     private static final byte[] SECRET = "unit-test-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8);
     private static final ExecutorService POOL = Executors.newCachedThreadPool();
 
@@ -26,8 +28,8 @@ public class NativeCommunicatorTest {
         POOL.shutdownNow();
     }
 
-    /** Runs {@code body} on {@code size} connected ranks and returns their results in rank order. */
-    private static <T> List<T> onRanks(int size, byte[][] secrets, BiFunction<Integer, NativeCommunicator, T> body)
+    /** Runs {@code body} with a context on each of {@code size} connected ranks; results in rank order. */
+    private static <T> List<T> onRanks(int size, byte[][] secrets, Function<HorovodContext, T> body)
             throws Exception {
         List<NativeCommunicator.Listener> listeners = new ArrayList<>();
         List<String> addresses = new ArrayList<>();
@@ -40,8 +42,9 @@ public class NativeCommunicatorTest {
         for (int r = 0; r < size; r++) {
             int rank = r;
             futures.add(POOL.submit(() -> {
-                try (NativeCommunicator comm = listeners.get(rank).connect(rank, addresses, secrets[rank], 5_000, 5_000)) {
-                    return body.apply(rank, comm);
+                try (NativeEngine engine = listeners.get(rank).connect(rank, addresses, secrets[rank], 5_000, 5_000)
+                        .startEngine(ENGINE_CONFIG)) {
+                    return body.apply(new HorovodContext(rank, size, rank, size, List.of(), engine));
                 }
             }));
         }
@@ -55,11 +58,11 @@ public class NativeCommunicatorTest {
     @Test
     public void allreduceSumsFloatsAndDoublesAcrossRanks() throws Exception {
         byte[][] secrets = {SECRET, SECRET, SECRET};
-        List<double[]> doubles = onRanks(3, secrets, (rank, comm) -> comm.allreduce(new double[] {1, 2, 3, 4}, ReduceOp.SUM, 1.0, 1.0));
+        List<double[]> doubles = onRanks(3, secrets, ctx -> ctx.allreduce(new double[] {1, 2, 3, 4}, ReduceOp.SUM));
         for (double[] result : doubles) {
             assertArrayEquals(new double[] {3, 6, 9, 12}, result, 0.0);
         }
-        List<float[]> floats = onRanks(2, secrets, (rank, comm) -> comm.allreduce(new float[] {2f, 4f}, ReduceOp.AVERAGE, 1.0, 1.0));
+        List<float[]> floats = onRanks(2, secrets, ctx -> ctx.allreduce(new float[] {2f, 4f}, ReduceOp.AVERAGE));
         for (float[] result : floats) {
             assertArrayEquals(new float[] {2f, 4f}, result, 0f);
         }
@@ -69,7 +72,7 @@ public class NativeCommunicatorTest {
     public void aWrongSecretFailsWithAHorovodException() throws Exception {
         byte[][] secrets = {SECRET, "another-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8)};
         try {
-            onRanks(2, secrets, (rank, comm) -> comm.allreduce(new float[] {1f}, ReduceOp.SUM, 1.0, 1.0));
+            onRanks(2, secrets, ctx -> ctx.allreduce(new float[] {1f}, ReduceOp.SUM));
             fail("ranks with different secrets must not connect");
         } catch (java.util.concurrent.ExecutionException e) {
             assertTrue(String.valueOf(e.getCause()), e.getCause() instanceof HorovodException);
@@ -77,14 +80,16 @@ public class NativeCommunicatorTest {
     }
 
     @Test
-    public void aClosedCommunicatorSaysSo() throws Exception {
+    public void aClosedEngineSaysSo() throws Exception {
         NativeCommunicator.Listener listener = new NativeCommunicator.Listener("127.0.0.1:0");
-        NativeCommunicator comm = listener.connect(0, List.of("127.0.0.1:" + listener.port()), SECRET, 1_000, 1_000);
-        assertArrayEquals(new double[] {7}, comm.allreduce(new double[] {7}, ReduceOp.SUM, 1.0, 1.0), 0.0);
-        comm.close();
+        NativeEngine engine = listener.connect(0, List.of("127.0.0.1:" + listener.port()), SECRET, 1_000, 1_000)
+                .startEngine(ENGINE_CONFIG);
+        HorovodContext ctx = new HorovodContext(0, 1, 0, 1, List.of(), engine);
+        assertArrayEquals(new double[] {7}, ctx.allreduce(new double[] {7}, ReduceOp.SUM), 0.0);
+        engine.close();
         try {
-            comm.allreduce(new double[] {7}, ReduceOp.SUM, 1.0, 1.0);
-            fail("a closed communicator must refuse collectives");
+            ctx.allreduce(new double[] {7}, ReduceOp.SUM);
+            fail("a closed engine must refuse collectives");
         } catch (IllegalStateException e) {
             assertTrue(e.getMessage(), e.getMessage().contains("closed"));
         }
@@ -94,7 +99,7 @@ public class NativeCommunicatorTest {
     private static <T> List<T> onContexts(int size, Function<HorovodContext, T> body) throws Exception {
         byte[][] secrets = new byte[size][];
         java.util.Arrays.fill(secrets, SECRET);
-        return onRanks(size, secrets, (rank, comm) -> body.apply(new HorovodContext(rank, size, rank, size, List.of(), comm)));
+        return onRanks(size, secrets, body);
     }
 
     @Test
@@ -179,8 +184,10 @@ public class NativeCommunicatorTest {
                 return e.getMessage();
             }
         });
-        assertTrue(results.get(0), results.get(0).startsWith("rank 1 disagrees with this rank"));
-        assertTrue(results.get(1), results.get(1).startsWith("rank 0 disagrees with this rank"));
+        for (String result : results) {
+            assertTrue(result, result.startsWith("tensor 'broadcast.noname.1' was submitted differently across ranks: "
+                    + "operation differs: broadcast from rank 0 on ranks [0]; broadcast from rank 1 on ranks [1]"));
+        }
     }
 
     @Test
@@ -206,6 +213,82 @@ public class NativeCommunicatorTest {
             fail("expected a rejection: " + messageStart);
         } catch (IllegalArgumentException | NullPointerException | HorovodException e) {
             assertTrue(e.getMessage(), e.getMessage().contains(messageStart));
+        }
+    }
+
+    @Test
+    public void asyncNamesSubmittedInDifferentOrdersAllComplete() throws Exception {
+        List<String> results = onContexts(2, ctx -> {
+            int r = ctx.rank();
+            List<String> order = r == 0 ? List.of("a", "b", "c") : List.of("c", "a", "b");
+            java.util.Map<String, HorovodHandle<double[]>> handles = new java.util.HashMap<>();
+            for (String name : order) {
+                handles.put(name, ctx.allreduceAsync(name, new double[] {name.charAt(0), r}, ReduceOp.SUM));
+            }
+            HorovodHandle<int[]> gathered = ctx.allgatherAsync("g", new int[] {r});
+            StringBuilder out = new StringBuilder();
+            for (String name : List.of("a", "b", "c")) {
+                try (HorovodHandle<double[]> handle = handles.get(name)) {
+                    out.append(name).append(java.util.Arrays.toString(handle.await()));
+                }
+            }
+            out.append(java.util.Arrays.toString(gathered.await()));
+            assertTrue(gathered.poll());
+            return out.toString();
+        });
+        String expected = "a[194.0, 1.0]b[196.0, 1.0]c[198.0, 1.0][0, 1]";
+        assertEquals(List.of(expected, expected), results);
+    }
+
+    @Test
+    public void aNameInFlightTwiceFailsClearlyAndUnwaitedHandlesCanBeClosed() throws Exception {
+        // Rank 1 submits "twice" only after rank 0's duplicate was rejected, so rank 0's first
+        // "twice" is certainly still in flight when it submits the second.
+        java.util.concurrent.CountDownLatch rejected = new java.util.concurrent.CountDownLatch(1);
+        List<String> results = onContexts(2, ctx -> {
+            String message = "";
+            if (ctx.rank() == 1) {
+                awaitLatch(rejected);
+            }
+            HorovodHandle<float[]> first = ctx.allreduceAsync("twice", new float[] {1}, ReduceOp.SUM);
+            if (ctx.rank() == 0) {
+                try (HorovodHandle<float[]> second = ctx.allreduceAsync("twice", new float[] {1}, ReduceOp.SUM)) {
+                    second.await();
+                    message = "no error";
+                } catch (HorovodException e) {
+                    message = e.getMessage();
+                }
+                rejected.countDown();
+            }
+            String firstResult = java.util.Arrays.toString(first.await());
+            ctx.allreduceAsync("never awaited", new float[] {1}, ReduceOp.SUM).close();
+            ctx.barrier();
+            return message + "/" + firstResult;
+        });
+        assertEquals(List.of("tensor 'twice' is already in flight on this rank/[2.0]", "/[2.0]"), results);
+    }
+
+    private static void awaitLatch(java.util.concurrent.CountDownLatch latch) {
+        try {
+            assertTrue(latch.await(20, TimeUnit.SECONDS));
+        } catch (InterruptedException e) {
+            throw new AssertionError(e);
+        }
+    }
+
+    @Test
+    public void aMismatchedShapeFailsOnEveryRankNamingTheTensorAndRanks() throws Exception {
+        List<String> results = onContexts(3, ctx -> {
+            try {
+                ctx.allreduceAsync("w", new float[ctx.rank() == 2 ? 4 : 3], ReduceOp.SUM).await();
+                return "no error";
+            } catch (HorovodException e) {
+                return e.getMessage();
+            }
+        });
+        for (String result : results) {
+            assertEquals("tensor 'w' was submitted differently across ranks: "
+                    + "shape differs: [3] on ranks [0, 1]; [4] on ranks [2]", result);
         }
     }
 }
