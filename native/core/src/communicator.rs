@@ -1,16 +1,10 @@
-//! Collectives over an established mesh: ring allreduce and barrier.
+//! One rank's end of the mesh, and its allreduce and barrier.
 //!
-//! Allreduce is the bandwidth-optimal ring: the data is split into `size`
-//! contiguous segments ([`segment`]); in `size - 1` reduce-scatter steps every
-//! rank sends one segment to rank `r + 1` and reduces the segment arriving
-//! from rank `r - 1` into its own data, after which rank `r` holds the fully
-//! reduced segment `r + 1`; `size - 1` allgather steps then circulate the
-//! reduced segments. Each segment is reduced by exactly one chain of ranks and
-//! then copied byte for byte, so every rank ends with bit-identical results.
-//!
-//! Invariant: in every step the send runs concurrently with the receive (on a
-//! scoped thread, unless the message is too small to ever fill the socket
-//! buffers), so no ring of blocked writers can form, whatever the data size.
+//! Allreduce runs through shared memory when every rank is on this host
+//! ([`crate::shm`]) and over TCP otherwise ([`crate::tcp`], which picks an
+//! algorithm by message size). Barrier is a dissemination barrier over the
+//! links. [`segment`] is the split of data into per-rank segments that the
+//! ring, the owners algorithm and reducescatter share.
 //!
 //! Every collective starts with a header exchange ([`crate::wire::Header`]) so
 //! that ranks calling different collectives fail with `Mismatch`. After any
@@ -19,31 +13,16 @@
 //! return `Unusable`.
 
 use std::ops::Range;
-use std::thread;
 use std::time::Duration;
 
 use log::debug;
 
-use crate::error::{Error, FirstError, Result};
+use crate::error::{Error, Result};
 use crate::link::Link;
-use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
+use crate::reduce::{Element, ReduceOp};
 use crate::shm::ShmTransport;
+use crate::tcp;
 use crate::wire::{Header, HEADER_LEN};
-
-/// Messages up to this many bytes are written before receiving, on the
-/// calling thread. Every rank has then at most this many unread bytes in
-/// flight per connection, far below any TCP buffer, so writes cannot block.
-const INLINE_SEND_MAX: usize = 4096;
-
-/// Allreduces of at most this many bytes skip the ring: every rank sends its
-/// header and data to every other rank (one message each, so never more than
-/// [`INLINE_SEND_MAX`] bytes in flight per connection) and reduces all the
-/// inputs itself, in rank order: one network hop instead of `2 (size - 1)`.
-const DIRECT_MAX: usize = INLINE_SEND_MAX - HEADER_LEN;
-
-/// Elements received per read while reducing: bounds the scratch buffer and
-/// keeps the reduce working on cache-resident data.
-const REDUCE_CHUNK_ELEMS: usize = 64 * 1024;
 
 /// Which transport the collectives of a communicator use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -153,12 +132,7 @@ impl Communicator {
         self.seq += 1;
         let result = match &mut self.shm {
             Some(shm) => shm.allreduce(&self.links, data, op, &header),
-            None if std::mem::size_of_val(data) <= DIRECT_MAX => {
-                self.direct_allreduce(data, op, &header)
-            }
-            None => self
-                .ring()
-                .and_then(|ring| ring_allreduce(&ring, data, op, &header)),
+            None => tcp::allreduce(self, data, op, &header),
         };
         self.settle(result)
     }
@@ -176,43 +150,6 @@ impl Communicator {
             None => self.dissemination_barrier(&header),
         };
         self.settle(result)
-    }
-
-    /// Allreduce of a small message by direct exchange ([`DIRECT_MAX`]):
-    /// every rank computes the same reduction of the same inputs in the same
-    /// order, so the results are bit-identical.
-    fn direct_allreduce<T: Element>(
-        &self,
-        data: &mut [T],
-        op: ReduceOp,
-        header: &Header,
-    ) -> Result<()> {
-        const DURING: &str = "allreduce";
-        let (n, r, len) = (self.size, self.rank, data.len());
-        let mut message = header.encode().to_vec();
-        message.extend_from_slice(as_bytes(data));
-        for step in 1..n {
-            self.link((r + step) % n)?.send(&message, DURING)?;
-        }
-        let mut inputs = vec![T::ZERO; n * len];
-        inputs[r * len..(r + 1) * len].copy_from_slice(data);
-        for step in 1..n {
-            let from = (r + n - step) % n;
-            let link = self.link(from)?;
-            receive_header(link, header, DURING)?;
-            link.recv(
-                as_bytes_mut(&mut inputs[from * len..(from + 1) * len]),
-                DURING,
-            )?;
-        }
-        data.copy_from_slice(&inputs[..len]);
-        for k in 1..n {
-            T::reduce(data, &inputs[k * len..(k + 1) * len], op);
-        }
-        if op == ReduceOp::Average {
-            T::divide(data, n);
-        }
-        Ok(())
     }
 
     /// Dissemination barrier: in round `k` rank `r` signals rank `r + 2^k`
@@ -270,16 +207,6 @@ impl Communicator {
                 cause: format!("rank {} has no connection to rank {rank}", self.rank),
             })
     }
-
-    fn ring(&self) -> Result<Ring<'_>> {
-        let (n, r) = (self.size, self.rank);
-        Ok(Ring {
-            rank: r,
-            size: n,
-            next: self.link((r + 1) % n)?,
-            prev: self.link((r + n - 1) % n)?,
-        })
-    }
 }
 
 impl Drop for Communicator {
@@ -289,16 +216,6 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-/// The two links of this rank's position in the ring.
-struct Ring<'a> {
-    rank: usize,
-    size: usize,
-    /// Link to rank `rank + 1`, which this rank sends to.
-    next: &'a Link,
-    /// Link to rank `rank - 1`, which this rank receives from.
-    prev: &'a Link,
 }
 
 /// Range of segment `index` when `len` elements are split into `parts`
@@ -311,48 +228,6 @@ pub(crate) fn segment(len: usize, parts: usize, index: usize) -> Range<usize> {
     let start = index * base + index.min(extra);
     let seg_len = base + usize::from(index < extra);
     start..start + seg_len
-}
-
-fn ring_allreduce<T: Element>(
-    ring: &Ring<'_>,
-    data: &mut [T],
-    op: ReduceOp,
-    header: &Header,
-) -> Result<()> {
-    const DURING: &str = "allreduce";
-    exchange_headers(ring.next, ring.prev, header, DURING)?;
-    let (n, r, len) = (ring.size, ring.rank, data.len());
-    let largest = segment(len, n, 0).len();
-    let mut scratch = vec![T::ZERO; largest.clamp(1, REDUCE_CHUNK_ELEMS)];
-
-    // Reduce-scatter: after step s, the segment received holds the reduction
-    // of s + 2 ranks' values; after n - 1 steps rank r owns segment r + 1.
-    for step in 0..n - 1 {
-        let send = segment(len, n, (r + n - step) % n);
-        let recv = segment(len, n, (r + n - step - 1) % n);
-        let (outgoing, incoming) = split_pair(data, send, recv);
-        exchange(
-            ring,
-            outgoing,
-            Incoming::Reduce {
-                into: incoming,
-                scratch: &mut scratch,
-                op,
-            },
-            DURING,
-        )?;
-    }
-    if op == ReduceOp::Average {
-        T::divide(&mut data[segment(len, n, (r + 1) % n)], n);
-    }
-    // Allgather: pass the reduced segments around the ring.
-    for step in 0..n - 1 {
-        let send = segment(len, n, (r + 1 + n - step) % n);
-        let recv = segment(len, n, (r + n - step) % n);
-        let (outgoing, incoming) = split_pair(data, send, recv);
-        exchange(ring, outgoing, Incoming::Copy(incoming), DURING)?;
-    }
-    Ok(())
 }
 
 /// Borrows two disjoint segments of `data`, one to read and one to write.
@@ -371,68 +246,6 @@ pub(crate) fn split_pair<T>(
     }
 }
 
-/// What to do with the bytes arriving in a ring step.
-enum Incoming<'a, T> {
-    /// Reduce them into `into` with `op`, reading through `scratch`.
-    Reduce {
-        into: &'a mut [T],
-        scratch: &'a mut [T],
-        op: ReduceOp,
-    },
-    /// Store them in place.
-    Copy(&'a mut [T]),
-}
-
-/// One ring step: send `outgoing` to the next rank while receiving from the
-/// previous one. If either side fails, both links are shut down to wake the
-/// other side, and the first error is returned.
-fn exchange<T: Element>(
-    ring: &Ring<'_>,
-    outgoing: &[T],
-    incoming: Incoming<'_, T>,
-    during: &str,
-) -> Result<()> {
-    let bytes = as_bytes(outgoing);
-    if bytes.len() <= INLINE_SEND_MAX {
-        ring.next.send(bytes, during)?;
-        return receive(ring.prev, incoming, during);
-    }
-    let first = FirstError::default();
-    thread::scope(|scope| {
-        let sender = thread::Builder::new()
-            .name("hvd-ring-send".into())
-            .spawn_scoped(scope, || {
-                if let Err(e) = ring.next.send(bytes, during) {
-                    first.record(e);
-                    ring.prev.shutdown();
-                }
-            });
-        if let Err(e) = sender {
-            first.record(Error::io("spawning the ring sender thread", e));
-            return;
-        }
-        if let Err(e) = receive(ring.prev, incoming, during) {
-            first.record(e);
-            ring.next.shutdown();
-        }
-    });
-    first.into_result()
-}
-
-fn receive<T: Element>(prev: &Link, incoming: Incoming<'_, T>, during: &str) -> Result<()> {
-    match incoming {
-        Incoming::Copy(into) => prev.recv(as_bytes_mut(into), during),
-        Incoming::Reduce { into, scratch, op } => {
-            for chunk in into.chunks_mut(scratch.len()) {
-                let buf = &mut scratch[..chunk.len()];
-                prev.recv(as_bytes_mut(buf), during)?;
-                T::reduce(chunk, buf, op);
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Sends `ours` on `to`, receives the header from `from`, and requires them
 /// to be equal.
 fn exchange_headers(to: &Link, from: &Link, ours: &Header, during: &str) -> Result<()> {
@@ -441,27 +254,17 @@ fn exchange_headers(to: &Link, from: &Link, ours: &Header, during: &str) -> Resu
 }
 
 /// Receives the header from `from` and requires it to equal `ours`.
-fn receive_header(from: &Link, ours: &Header, during: &str) -> Result<()> {
+pub(crate) fn receive_header(from: &Link, ours: &Header, during: &str) -> Result<()> {
     let mut bytes = [0u8; HEADER_LEN];
     from.recv(&mut bytes, during)?;
-    let theirs = Header::decode(&bytes);
-    if theirs != *ours {
-        return Err(Error::Mismatch {
-            rank: from.rank(),
-            detail: format!(
-                "it called {} while this rank called {}",
-                theirs.describe(),
-                ours.describe()
-            ),
-        });
-    }
-    Ok(())
+    tcp::pump::check_header(from.rank(), &bytes, ours)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
+    use std::thread;
 
     #[test]
     fn segments_cover_the_data_in_order() {

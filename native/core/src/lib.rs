@@ -15,8 +15,9 @@
 //! challenge–response), `wire` (hello and header layouts),
 //! `rendezvous_service` (the driver's service gathering the ranks'
 //! addresses), `rendezvous` (listener, connect, handshakes), `link` (one
-//! connection and its error mapping), `communicator` (ring allreduce and
-//! barrier over TCP), `shm` (allreduce and barrier through shared memory),
+//! connection and its error mapping), `communicator` (a rank's end of the
+//! mesh: allreduce and barrier), `tcp` (allreduce over TCP: direct, owners
+//! and pipelined ring), `shm` (allreduce and barrier through shared memory),
 //! `collectives` (the other collectives, one module each), `reduce`
 //! (operations and element types), `dtype` (element types at run time),
 //! `engine` (named asynchronous submissions negotiated across ranks, fused,
@@ -35,6 +36,7 @@ mod reduce;
 mod rendezvous;
 mod rendezvous_service;
 mod shm;
+mod tcp;
 mod wire;
 
 pub use collectives::{AllreduceOptions, Compression};

@@ -4,11 +4,13 @@
 //! into an [`Error`] naming that peer: end-of-stream and resets become
 //! `PeerLost`, a read or write that exceeds the I/O timeout becomes `Timeout`.
 //! Sends and receives take `&self`, so one thread can send on a link while
-//! another receives on it.
+//! another receives on it. [`Link::try_send`] and [`Link::try_recv`] never
+//! block (the stream stays in blocking mode for everything else), for loops
+//! that move data on several links at once ([`crate::tcp::pump`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -62,6 +64,75 @@ impl Link {
         (&self.stream)
             .read_exact(buf)
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
+    }
+
+    /// Sends as much of `bytes` as the socket buffer takes without blocking;
+    /// returns how many bytes that was (0 if the buffer is full).
+    pub(crate) fn try_send(&self, bytes: &[u8], during: &str) -> Result<usize> {
+        if bytes.is_empty() {
+            return Ok(0);
+        }
+        // SAFETY: the descriptor is open for the life of `self`, and `bytes`
+        // is readable for `bytes.len()` bytes.
+        let n = unsafe {
+            libc::send(
+                self.stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        self.nonblocking_result(n, during)
+    }
+
+    /// Receives into `buf` what has arrived, without blocking; returns how
+    /// many bytes that was (0 if none). End-of-stream is `PeerLost`.
+    pub(crate) fn try_recv(&self, buf: &mut [u8], during: &str) -> Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // SAFETY: the descriptor is open for the life of `self`, and `buf`
+        // is writable for `buf.len()` bytes.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => Err(io_error(
+                io::ErrorKind::UnexpectedEof.into(),
+                self.rank,
+                during,
+                self.io_timeout,
+            )),
+            n => self.nonblocking_result(n, during),
+        }
+    }
+
+    /// The byte count of a non-blocking `send` or `recv` that returned `n`:
+    /// would-block and interrupted calls moved 0 bytes.
+    fn nonblocking_result(&self, n: isize, during: &str) -> Result<usize> {
+        if let Ok(n) = usize::try_from(n) {
+            return Ok(n);
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(io_error(err, self.rank, during, self.io_timeout)),
+        }
+    }
+
+    /// The socket's descriptor, for `poll`.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// How long a single read or write may block.
+    pub(crate) fn io_timeout(&self) -> Duration {
+        self.io_timeout
     }
 
     /// Copies up to `buf.len()` bytes waiting on the connection into `buf`

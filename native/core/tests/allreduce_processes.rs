@@ -22,6 +22,18 @@ const LARGE_F64: usize = 2 * 1024 * 1024 + 3;
 /// More than one shared memory slot (1 MiB) of every element type.
 const MULTI_CHUNK_BYTES: usize = 3 * 1024 * 1024 + 12;
 
+/// f32 lengths at the TCP path's switch points and chunk edges: direct
+/// exchange up to 4072 bytes (1018 f32), owners up to 1 MiB (262144 f32),
+/// the ring above, whose reduce-scatter reads 256 KiB (65536 f32) at a time;
+/// each just below, at and just above, for every job size.
+fn tcp_boundaries(size: usize) -> Vec<usize> {
+    let mut lens = Vec::new();
+    for edge in [1018, 262_144, 2 * size * 65_536] {
+        lens.extend([edge - 1, edge, edge + 1]);
+    }
+    lens
+}
+
 const OPS: [ReduceOp; 5] = [
     ReduceOp::Sum,
     ReduceOp::Average,
@@ -111,6 +123,16 @@ fn check<T: Sample>(comm: &mut Communicator, op: ReduceOp, len: usize) -> Result
     Ok(())
 }
 
+/// Order-sensitive allreduces whose results must be bit-identical on every
+/// rank: one of each TCP algorithm (direct, owners, ring) and of both shared
+/// memory paths.
+const HASHED: [(ReduceOp, usize); 4] = [
+    (ReduceOp::Sum, 1001),
+    (ReduceOp::Sum, 100_003),
+    (ReduceOp::Average, 200_001),
+    (ReduceOp::Sum, 300_007),
+];
+
 /// FNV-1a of the result of reducing order-sensitive floats: equal on every
 /// rank exactly when the results are bit-identical.
 fn fingerprint(comm: &mut Communicator, op: ReduceOp, len: usize) -> Result<u64, String> {
@@ -151,14 +173,21 @@ fn matrix(comm: &mut Communicator) -> Result<usize, String> {
     }
     check::<f64>(comm, ReduceOp::Sum, MULTI_CHUNK_BYTES / 8)?;
     check::<i32>(comm, ReduceOp::Average, MULTI_CHUNK_BYTES / 4 + 7)?;
+    let boundaries = tcp_boundaries(n);
+    for &len in &boundaries {
+        check::<f32>(comm, ReduceOp::Sum, len)?;
+        check::<f32>(comm, ReduceOp::Average, len)?;
+        check::<i64>(comm, ReduceOp::Max, len / 2)?;
+    }
+    comm.barrier().map_err(|e| e.to_string())?;
     check::<f32>(comm, ReduceOp::Sum, LARGE_F32)?;
     check::<f64>(comm, ReduceOp::Average, LARGE_F64)?;
     check::<f32>(comm, ReduceOp::Max, LARGE_F32)?;
     comm.barrier().map_err(|e| e.to_string())?;
-    for (op, len) in [(ReduceOp::Sum, 1001), (ReduceOp::Sum, 300_007)] {
+    for (op, len) in HASHED {
         say(format!("HASH {op} {len} {:x}", fingerprint(comm, op, len)?));
     }
-    Ok(cases + 15)
+    Ok(cases + 15 + 3 * boundaries.len())
 }
 
 /// Entry point of the rank processes; a no-op in the parent.
@@ -180,8 +209,9 @@ fn child_entry() {
             }
         }
         "mismatch" => {
-            // Rank r reduces 10 + r elements: every rank must refuse.
-            let mut data = vec![1.0f32; 10 + rank];
+            // Rank r reduces base + r elements: every rank must refuse.
+            let base = common::var("HVD_TEST_LEN").map_or(10, |v| v.parse().unwrap_or(10));
+            let mut data = vec![1.0f32; base + rank];
             match comm.allreduce(&mut data, ReduceOp::Sum) {
                 Ok(()) => say("FAIL allreduce of mismatched lengths succeeded"),
                 Err(e) => say_err(&e),
@@ -211,7 +241,7 @@ fn run_matrix(size: usize, transport: &str) {
             .iter()
             .filter(|l| l.starts_with("HASH"))
             .collect();
-        assert_eq!(hashes.len(), 2, "rank {rank}: {lines:?}");
+        assert_eq!(hashes.len(), HASHED.len(), "rank {rank}: {lines:?}");
         assert_eq!(hashes, first, "rank {rank} differs from rank 0");
     }
     common::assert_no_shm_leftovers();
@@ -258,6 +288,11 @@ fn allreduce_four_processes_tcp() {
 }
 
 #[test]
+fn allreduce_five_processes_tcp() {
+    run_matrix(5, "tcp");
+}
+
+#[test]
 fn mixed_transports_agree_on_tcp() {
     let auto = RankSpec::default().with(common::TRANSPORT_VAR, "auto");
     let tcp = RankSpec::default().with(common::TRANSPORT_VAR, "tcp");
@@ -274,13 +309,22 @@ fn mixed_transports_agree_on_tcp() {
 
 #[test]
 fn mismatched_lengths_fail_on_every_rank() {
-    for transport in ["auto", "tcp"] {
-        mismatched_lengths_fail(transport);
+    // 10 f32 by direct exchange over TCP; 100 000 by the owners algorithm;
+    // 1 000 000 around the ring.
+    for (transport, base) in [
+        ("auto", 10),
+        ("tcp", 10),
+        ("tcp", 100_000),
+        ("tcp", 1_000_000),
+    ] {
+        mismatched_lengths_fail(transport, base);
     }
 }
 
-fn mismatched_lengths_fail(transport: &str) {
-    let spec = RankSpec::default().with(common::TRANSPORT_VAR, transport);
+fn mismatched_lengths_fail(transport: &str, base: usize) {
+    let spec = RankSpec::default()
+        .with(common::TRANSPORT_VAR, transport)
+        .with("HVD_TEST_LEN", base);
     let mut job = Job::start("mismatch", vec![spec; 3]);
     job.send_all();
     for (rank, lines) in job.finish(Duration::from_secs(30)).iter().enumerate() {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use common::{parse_err, say, say_err, Job, RankSpec};
 use horovod_core::ReduceOp;
 
+/// f32 elements per allreduce unless `HVD_TEST_LEN` says otherwise: 4 MiB,
+/// which goes around the TCP ring.
 const LEN: usize = 1 << 20;
 
 /// Entry point of the rank processes; a no-op in the parent.
@@ -37,7 +39,8 @@ fn child_entry() {
         }
         // Allreduce until something fails.
         "loop" => {
-            let mut data = vec![1.0f32; LEN];
+            let len = common::var("HVD_TEST_LEN").map_or(LEN, |v| v.parse().unwrap_or(LEN));
+            let mut data = vec![1.0f32; len];
             for iteration in 0.. {
                 if let Err(e) = comm.allreduce(&mut data, ReduceOp::Sum) {
                     return say_err(&e);
@@ -84,25 +87,49 @@ fn peer_killed_mid_allreduce_over_tcp_fails_every_survivor_fast() {
     killed_mid_allreduce(role("loop").with(common::TRANSPORT_VAR, "tcp"), "shm=false");
 }
 
+#[test]
+fn peer_killed_mid_owners_allreduce_over_tcp_fails_every_survivor_fast() {
+    // 256 KiB: direct reduce-scatter to owners, then direct allgather.
+    let spec = role("loop")
+        .with(common::TRANSPORT_VAR, "tcp")
+        .with("HVD_TEST_LEN", 64 * 1024);
+    killed_mid_allreduce(spec, "shm=false");
+}
+
+#[test]
+fn peer_killed_mid_ring_over_tcp_fails_every_survivor_fast_with_five_ranks() {
+    killed_mid_allreduce_among(
+        5,
+        role("loop").with(common::TRANSPORT_VAR, "tcp"),
+        "shm=false",
+    );
+}
+
 fn killed_mid_allreduce(spec: RankSpec, transport: &str) {
-    let mut job = Job::start("kill", vec![spec; 3]);
+    killed_mid_allreduce_among(3, spec, transport);
+}
+
+/// Kills the last of `size` ranks once it has finished a few allreduces.
+fn killed_mid_allreduce_among(size: usize, spec: RankSpec, transport: &str) {
+    let mut job = Job::start("kill", vec![spec; size]);
     job.send_all();
     let ready = job.expect(0, "READY", Duration::from_secs(10));
     assert_eq!(ready, format!("READY {transport}"));
-    job.expect(2, "ITER 2", Duration::from_secs(30));
+    let last = size - 1;
+    job.expect(last, "ITER 2", Duration::from_secs(30));
     let killed = Instant::now();
-    job.kill(2);
+    job.kill(last);
     let mut named = false;
-    for rank in 0..2 {
+    for rank in 0..last {
         let line = job.expect(rank, "ERR", Duration::from_secs(10));
         assert!(killed.elapsed() < Duration::from_secs(3), "slow: {line}");
         let (kind, message) = parse_err(&line);
-        // The neighbours of rank 2 see it go; a rank may instead see a
-        // neighbour that gave up first, which is PeerLost too.
+        // The neighbours of the killed rank see it go; a rank may instead
+        // see a neighbour that gave up first, which is PeerLost too.
         assert_eq!(kind, "PeerLost", "rank {rank}: {line}");
-        named |= message.starts_with("connection to rank 2 lost");
+        named |= message.starts_with(&format!("connection to rank {last} lost"));
     }
-    assert!(named, "no survivor named rank 2");
+    assert!(named, "no survivor named rank {last}");
 }
 
 #[test]
@@ -120,11 +147,29 @@ fn dropped_communicator_fails_peer_fast() {
 
 #[test]
 fn silent_peer_times_out_naming_it() {
+    silent_peer_times_out(RankSpec::default());
+}
+
+#[test]
+fn silent_peer_times_out_naming_it_over_tcp() {
+    for len in [64 * 1024, 1 << 20] {
+        silent_peer_times_out(
+            RankSpec::default()
+                .with(common::TRANSPORT_VAR, "tcp")
+                .with("HVD_TEST_LEN", len),
+        );
+    }
+}
+
+/// Rank 0 allreduces (its I/O timeout 700 ms) while rank 1, configured by
+/// `spec`, never joins.
+fn silent_peer_times_out(spec: RankSpec) {
     let quick_io = RankSpec {
         io_ms: 700,
-        ..role("loop")
+        ..spec.clone().with("HVD_TEST_ROLE", "loop")
     };
-    let mut job = Job::start("silent", vec![quick_io, role("silent")]);
+    let silent = spec.with("HVD_TEST_ROLE", "silent");
+    let mut job = Job::start("silent", vec![quick_io, silent]);
     job.send_all();
     job.expect(0, "READY", Duration::from_secs(10));
     let started = Instant::now();

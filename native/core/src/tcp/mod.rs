@@ -1,0 +1,54 @@
+//! Allreduce over TCP, for ranks on several hosts (or `Transport::Tcp`).
+//!
+//! Three algorithms, chosen by message size so that every rank picks the
+//! same one (all ranks reduce the same number of bytes):
+//! - up to [`direct::DIRECT_MAX`] bytes, [`direct`] exchange: one hop, every
+//!   rank reduces everything;
+//! - up to [`OWNERS_MAX`] bytes, [`owners`]: direct reduce-scatter to the
+//!   segment owners, then direct allgather: two hops, ring traffic;
+//! - larger, the pipelined [`ring`]: bandwidth-optimal, and its stream
+//!   keeps every link busy however many ranks there are.
+//!
+//! The last two move bytes with the non-blocking loop of [`pump`], on the
+//! calling thread (direct messages are too small to ever block). Invariant: each element of the result is reduced by one
+//! rank in one fixed order (or by every rank in the same order), so all
+//! ranks end bit-identical; and the header goes ahead of the data on every
+//! connection, so ranks calling different collectives fail with `Mismatch`
+//! before any of their data is used.
+
+pub(crate) mod direct;
+pub(crate) mod owners;
+pub(crate) mod pump;
+pub(crate) mod ring;
+
+use crate::communicator::Communicator;
+use crate::error::Result;
+use crate::reduce::{Element, ReduceOp};
+use crate::wire::Header;
+
+/// Messages up to this many bytes use [`owners`]; larger ones the [`ring`].
+pub(crate) const OWNERS_MAX: usize = 1 << 20;
+
+/// Allreduce of `data` among the ranks of `comm` (at least two) over TCP.
+pub(crate) fn allreduce<T: Element>(
+    comm: &Communicator,
+    data: &mut [T],
+    op: ReduceOp,
+    header: &Header,
+) -> Result<()> {
+    let bytes = std::mem::size_of_val(data);
+    if bytes <= direct::DIRECT_MAX {
+        direct::allreduce(comm, data, op, header)
+    } else if bytes <= OWNERS_MAX {
+        owners::allreduce(comm, data, op, header)
+    } else {
+        let (n, r) = (comm.size(), comm.rank());
+        let ring = ring::Ring {
+            rank: r,
+            size: n,
+            next: comm.link((r + 1) % n)?,
+            prev: comm.link((r + n - 1) % n)?,
+        };
+        ring::allreduce(&ring, data, op, header)
+    }
+}
