@@ -163,6 +163,35 @@ pub enum Error {
         /// Which message, and what is wrong with it.
         detail: String,
     },
+
+    /// GPU collectives (NCCL) were requested from a build of horovod-core
+    /// without the `cuda` feature.
+    #[error(
+        "this build of horovod-rs has no CUDA support: GPU collectives (NCCL) need \
+         horovod-core built with the `cuda` feature"
+    )]
+    NoCudaSupport,
+
+    /// An NCCL communicator could not be created because this host, or
+    /// another rank's, lacks what GPU collectives need: the CUDA driver
+    /// library, a CUDA device with the requested ordinal, or a loadable NCCL
+    /// library of a supported version.
+    #[error("NCCL unavailable: {reason}")]
+    NcclUnavailable {
+        /// What is missing, on which rank, and what to install.
+        reason: String,
+    },
+
+    /// A CUDA driver or NCCL call failed while creating or using an NCCL
+    /// communicator (a peer died, a bad device pointer, an internal NCCL
+    /// error); the communicator is unusable afterwards.
+    #[error("NCCL {during} failed: {detail}")]
+    Nccl {
+        /// The call, e.g. "allreduce of 1024 f32 (SUM)".
+        during: String,
+        /// NCCL's or the driver's description of the failure.
+        detail: String,
+    },
 }
 
 impl Error {
@@ -226,6 +255,14 @@ impl Error {
             },
             Error::Unsupported { what } => Error::Unsupported { what: what.clone() },
             Error::ControlMessage { detail } => Error::ControlMessage {
+                detail: detail.clone(),
+            },
+            Error::NoCudaSupport => Error::NoCudaSupport,
+            Error::NcclUnavailable { reason } => Error::NcclUnavailable {
+                reason: reason.clone(),
+            },
+            Error::Nccl { during, detail } => Error::Nccl {
+                during: during.clone(),
                 detail: detail.clone(),
             },
         }

@@ -351,6 +351,9 @@ pub fn kind(error: &Error) -> &'static str {
         Error::EngineStopped { .. } => "EngineStopped",
         Error::Unsupported { .. } => "Unsupported",
         Error::ControlMessage { .. } => "ControlMessage",
+        Error::NoCudaSupport => "NoCudaSupport",
+        Error::NcclUnavailable { .. } => "NcclUnavailable",
+        Error::Nccl { .. } => "Nccl",
     }
 }
 
