@@ -21,7 +21,8 @@
 //! `collectives` (the other collectives, one module each), `reduce`
 //! (operations and element types), `dtype` (element types at run time),
 //! `engine` (named asynchronous submissions negotiated across ranks, fused,
-//! run on a transport).
+//! run on a transport), `nccl` (GPU collectives through NCCL, with the
+//! `cuda` feature).
 
 #![warn(missing_docs)]
 
@@ -32,6 +33,7 @@ mod dtype;
 pub mod engine;
 mod error;
 mod link;
+pub mod nccl;
 mod reduce;
 mod rendezvous;
 mod rendezvous_service;
@@ -44,6 +46,7 @@ pub use communicator::{CommConfig, Communicator, Transport};
 pub use dtype::DataType;
 pub use engine::{Engine, EngineConfig, Handle, Operation, Output, Request};
 pub use error::{Error, Result};
+pub use nccl::NcclCommunicator;
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};
 pub use rendezvous_service::{exchange_entries, RendezvousService};
