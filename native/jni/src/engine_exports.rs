@@ -21,7 +21,7 @@ use jni::{Env, EnvUnowned};
 use crate::arrays::{array_from_output, request_from_array};
 use crate::error_policy::{JniError, ThrowHorovodException};
 use crate::exports::{count, COMMUNICATOR};
-use crate::handles::{borrow_mut, into_handle, take};
+use crate::handles::{borrow_mut, free_from_java, into_handle, take};
 
 const ENGINE: &str = "engine";
 const TENSOR: &str = "tensor handle";
@@ -54,17 +54,12 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_engineStart<'caller>(
 /// Stops the engine on every rank and waits for this rank's thread.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_engineClose<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     engine: jlong,
 ) {
-    unowned_env
-        .with_env(|_env| -> Result<(), JniError> {
-            // SAFETY: Java gives the handle up here and never passes it again.
-            drop(unsafe { take::<Engine>(engine, ENGINE)? });
-            Ok(())
-        })
-        .resolve::<ThrowHorovodException>()
+    // SAFETY: Java gives the handle up here and never passes it again.
+    unsafe { free_from_java::<Engine>(unowned_env, engine, ENGINE) }
 }
 
 #[unsafe(no_mangle)]
@@ -230,17 +225,12 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_tensorWait<'caller>(
 /// finishes an in-flight tensor on its own and drops the result.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_tensorFree<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     tensor: jlong,
 ) {
-    unowned_env
-        .with_env(|_env| -> Result<(), JniError> {
-            // SAFETY: Java gives the handle up here and never passes it again.
-            drop(unsafe { take::<Tensor>(tensor, TENSOR)? });
-            Ok(())
-        })
-        .resolve::<ThrowHorovodException>()
+    // SAFETY: Java gives the handle up here and never passes it again.
+    unsafe { free_from_java::<Tensor>(unowned_env, tensor, TENSOR) }
 }
 
 /// Submits `operation` on the elements of the Java array `data` as tensor

@@ -12,7 +12,7 @@ use jni::sys::{jint, jlong};
 use jni::EnvUnowned;
 
 use crate::error_policy::{JniError, ThrowHorovodException};
-use crate::handles::{borrow_mut, into_handle, take};
+use crate::handles::{borrow_mut, free_from_java, into_handle, take};
 
 const LISTENER: &str = "rendezvous listener";
 pub(crate) const COMMUNICATOR: &str = "communicator";
@@ -49,17 +49,12 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_listenerPort<'caller>
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_closeListener<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     listener: jlong,
 ) {
-    unowned_env
-        .with_env(|_env| -> Result<(), JniError> {
-            // SAFETY: Java gives the handle up here and never passes it again.
-            drop(unsafe { take::<Listener>(listener, LISTENER)? });
-            Ok(())
-        })
-        .resolve::<ThrowHorovodException>()
+    // SAFETY: Java gives the handle up here and never passes it again.
+    unsafe { free_from_java::<Listener>(unowned_env, listener, LISTENER) }
 }
 
 /// Consumes the listener (Java forgets its handle before calling) and returns
@@ -100,17 +95,12 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_closeCommunicator<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     communicator: jlong,
 ) {
-    unowned_env
-        .with_env(|_env| -> Result<(), JniError> {
-            // SAFETY: Java gives the handle up here and never passes it again.
-            drop(unsafe { take::<Communicator>(communicator, COMMUNICATOR)? });
-            Ok(())
-        })
-        .resolve::<ThrowHorovodException>()
+    // SAFETY: Java gives the handle up here and never passes it again.
+    unsafe { free_from_java::<Communicator>(unowned_env, communicator, COMMUNICATOR) }
 }
 
 fn millis(value: jlong, what: &str) -> Result<Duration, JniError> {
@@ -162,17 +152,12 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_rendezvousServicePort
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_stopRendezvousService<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     service: jlong,
 ) {
-    unowned_env
-        .with_env(|_env| -> Result<(), JniError> {
-            // SAFETY: Java gives the handle up here and never passes it again.
-            drop(unsafe { take::<RendezvousService>(service, SERVICE)? });
-            Ok(())
-        })
-        .resolve::<ThrowHorovodException>()
+    // SAFETY: Java gives the handle up here and never passes it again.
+    unsafe { free_from_java::<RendezvousService>(unowned_env, service, SERVICE) }
 }
 
 /// Registers this rank's entry with the driver's service and returns every

@@ -4,7 +4,9 @@
 //! (`NativeCommunicator`) serialises calls on one handle and calls the matching
 //! `close` exactly once, after which it never passes the handle again.
 
-use crate::error_policy::JniError;
+use jni::EnvUnowned;
+
+use crate::error_policy::{JniError, ThrowHorovodException};
 
 /// Moves `value` to the heap and returns its handle.
 pub fn into_handle<T>(value: T) -> i64 {
@@ -34,4 +36,19 @@ pub unsafe fn take<T>(handle: i64, what: &str) -> Result<T, JniError> {
     }
     // SAFETY: the caller guarantees the handle is live and is given up here.
     Ok(*unsafe { Box::from_raw(handle as *mut T) })
+}
+
+/// The whole body of a `close`-style export: frees the object behind
+/// `handle`, throwing a Java exception if the handle is already closed.
+///
+/// # Safety
+/// As for [`take`]: Java gives `handle` up with this call.
+pub unsafe fn free_from_java<T>(mut unowned_env: EnvUnowned<'_>, handle: i64, what: &str) {
+    unowned_env
+        .with_env(|_env| -> Result<(), JniError> {
+            // SAFETY: the caller gives the handle up, as this function's contract says.
+            drop(unsafe { take::<T>(handle, what)? });
+            Ok(())
+        })
+        .resolve::<ThrowHorovodException>()
 }
