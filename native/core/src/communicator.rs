@@ -261,7 +261,7 @@ pub(crate) fn receive_header(from: &Link, ours: &Header, during: &str) -> Result
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::thread;
@@ -311,8 +311,9 @@ mod tests {
         assert_eq!(write, [2, 9]);
     }
 
-    /// A two-rank communicator pair over loopback, in one process.
-    fn pair() -> (Communicator, Communicator) {
+    /// A two-rank communicator pair over loopback, in one process, for unit
+    /// tests of code that runs on a communicator.
+    pub(crate) fn pair() -> (Communicator, Communicator) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (b, _) = listener.accept().unwrap();

@@ -368,24 +368,9 @@ impl Call {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::Link;
-    use std::net::{TcpListener, TcpStream};
     use std::thread;
-    use std::time::Duration;
 
-    /// A two-rank communicator pair over loopback, in one process.
-    pub(super) fn pair() -> (Communicator, Communicator) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (b, _) = listener.accept().unwrap();
-        let timeout = Duration::from_secs(10);
-        let comm = |rank: usize, stream| {
-            let mut links = vec![None, None];
-            links[1 - rank] = Some(Link::new(1 - rank, stream, timeout).unwrap());
-            Communicator::new(rank, 2, links)
-        };
-        (comm(0, a), comm(1, b))
-    }
+    pub(super) use crate::communicator::tests::pair;
 
     /// On a host without a GPU (this one, in CI) creating a communicator is
     /// an error on every rank, never a panic or a hang; the mesh stays
