@@ -1,0 +1,187 @@
+//! Columns of `f32` rows, all of the same row count.
+
+use thiserror::Error;
+
+/// What can be wrong with columns put together into a [`Table`].
+#[derive(Debug, Error, PartialEq)]
+pub enum TableError {
+    /// A column's value count is not its width times the row count.
+    #[error("column '{name}' has {values} values, expected {rows} rows x width {width}")]
+    Length {
+        /// The column.
+        name: String,
+        /// Values it holds.
+        values: usize,
+        /// Rows of the table.
+        rows: usize,
+        /// Values per row.
+        width: usize,
+    },
+    /// Two columns share a name.
+    #[error("column '{0}' appears twice")]
+    Duplicate(String),
+    /// Appended tables do not have the same columns.
+    #[error("cannot append: columns {found:?} differ from {expected:?}")]
+    Schema {
+        /// Column names and widths of the table appended to.
+        expected: Vec<(String, usize)>,
+        /// Column names and widths of the table appended.
+        found: Vec<(String, usize)>,
+    },
+}
+
+/// One named column: `width` values per row, rows one after another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    name: String,
+    width: usize,
+    values: Vec<f32>,
+}
+
+impl Column {
+    /// A column of `values.len() / width` rows.
+    pub fn new(name: impl Into<String>, width: usize, values: Vec<f32>) -> Column {
+        Column {
+            name: name.into(),
+            width,
+            values,
+        }
+    }
+
+    /// The column's name, as in the DataFrame.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Values per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Every value, row-major.
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+
+    /// The values of row `row`.
+    pub fn row(&self, row: usize) -> &[f32] {
+        &self.values[row * self.width..(row + 1) * self.width]
+    }
+
+    /// The rows at `rows`, in that order, as one row-major buffer.
+    pub fn gather(&self, rows: &[usize]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(rows.len() * self.width);
+        for &row in rows {
+            out.extend_from_slice(self.row(row));
+        }
+        out
+    }
+}
+
+/// Columns of equal row count.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table {
+    rows: usize,
+    columns: Vec<Column>,
+}
+
+impl Table {
+    /// A table of `rows` rows; every column must hold `rows * width` values.
+    pub fn new(rows: usize, columns: Vec<Column>) -> Result<Table, TableError> {
+        for (i, column) in columns.iter().enumerate() {
+            if column.values.len() != rows * column.width {
+                return Err(TableError::Length {
+                    name: column.name.clone(),
+                    values: column.values.len(),
+                    rows,
+                    width: column.width,
+                });
+            }
+            if columns[..i].iter().any(|c| c.name == column.name) {
+                return Err(TableError::Duplicate(column.name.clone()));
+            }
+        }
+        Ok(Table { rows, columns })
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Every column, in order.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// The column called `name`.
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// Adds `other`'s rows after this table's; both must have the same columns.
+    /// An empty table without columns takes `other`'s columns.
+    pub fn append(&mut self, other: Table) -> Result<(), TableError> {
+        if self.columns.is_empty() && self.rows == 0 {
+            *self = other;
+            return Ok(());
+        }
+        let shape = |t: &Table| {
+            t.columns
+                .iter()
+                .map(|c| (c.name.clone(), c.width))
+                .collect::<Vec<_>>()
+        };
+        if shape(self) != shape(&other) {
+            return Err(TableError::Schema {
+                expected: shape(self),
+                found: shape(&other),
+            });
+        }
+        for (mine, theirs) in self.columns.iter_mut().zip(other.columns) {
+            mine.values.extend_from_slice(&theirs.values);
+        }
+        self.rows += other.rows;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_lengths_and_names() {
+        let err = Table::new(2, vec![Column::new("a", 2, vec![1.0; 3])]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "column 'a' has 3 values, expected 2 rows x width 2"
+        );
+        let err = Table::new(
+            1,
+            vec![
+                Column::new("a", 1, vec![1.0]),
+                Column::new("a", 1, vec![2.0]),
+            ],
+        );
+        assert_eq!(err.unwrap_err(), TableError::Duplicate("a".into()));
+    }
+
+    #[test]
+    fn gathers_and_appends_rows() {
+        let mut table = Table::new(2, vec![Column::new("v", 2, vec![1.0, 2.0, 3.0, 4.0])]).unwrap();
+        table
+            .append(Table::new(1, vec![Column::new("v", 2, vec![5.0, 6.0])]).unwrap())
+            .unwrap();
+        assert_eq!(table.rows(), 3);
+        assert_eq!(
+            table.column("v").unwrap().gather(&[2, 0]),
+            vec![5.0, 6.0, 1.0, 2.0]
+        );
+        let other = Table::new(1, vec![Column::new("w", 1, vec![0.0])]).unwrap();
+        assert!(matches!(
+            table.append(other),
+            Err(TableError::Schema { .. })
+        ));
+    }
+}
