@@ -54,19 +54,37 @@ public final class HorovodRunner {
     public static <T> List<T> run(SparkSession spark, int numProc, RankFunction<T> fn, HorovodRunOptions options) {
         Objects.requireNonNull(spark, "spark must not be null");
         Objects.requireNonNull(fn, "the rank function must not be null");
-        Objects.requireNonNull(options, "options must not be null");
         if (numProc < 1) {
             throw new IllegalArgumentException("numProc must be at least 1, got " + numProc);
         }
-        SparkContext sc = spark.sparkContext();
+        List<Integer> rankIds = IntStream.range(0, numProc).boxed().toList();
+        RDD<Integer> seeds = JavaSparkContext.fromSparkContext(spark.sparkContext()).parallelize(rankIds, numProc).rdd();
+        return runOnPartitions(seeds, (ctx, partition) -> fn.call(ctx), options, "horovod-rs: " + numProc + " ranks");
+    }
+
+    /**
+     * Runs {@code fn} on one rank per partition of {@code data}, each with its partition's rows;
+     * returns the ranks' results in rank order. The estimator trains this way: its data set is
+     * repartitioned to the number of ranks first. {@code description} names the job in the Spark UI.
+     */
+    public static <I, T> List<T> runOnPartitions(RDD<I> data, PartitionFunction<I, T> fn, HorovodRunOptions options,
+            String description) {
+        Objects.requireNonNull(data, "data must not be null");
+        Objects.requireNonNull(fn, "the partition function must not be null");
+        Objects.requireNonNull(options, "options must not be null");
+        int numProc = data.getNumPartitions();
+        if (numProc < 1) {
+            throw new IllegalArgumentException("the data set has no partitions to run ranks on");
+        }
+        SparkContext sc = data.sparkContext();
         byte[] secret = newSecret();
         try (RendezvousService service = options.driverRendezvous() ? RendezvousService.start(secret, numProc) : null) {
             String serviceAddress = service == null ? null : driverHost(sc) + ":" + service.port();
-            RankTask<T> task = new RankTask<>(fn, numProc, secret, serviceAddress, options);
-            RDD<RankOutcome> ranks = rankStage(sc, numProc, task, options);
+            RankTask<I, T> task = new RankTask<>(fn, numProc, secret, serviceAddress, options);
+            RDD<RankOutcome> ranks = rankStage(data, task, options);
             long deadline = System.nanoTime() + options.startTimeout().toNanos();
             awaitSlots(sc, ranks, numProc, options, deadline);
-            RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options, deadline);
+            RankOutcome[] outcomes = collectWithin(sc, ranks, numProc, options, deadline, description);
             return resultsInRankOrder(outcomes, numProc);
         }
     }
@@ -76,12 +94,9 @@ public final class HorovodRunner {
         return sc.getConf().get("spark.driver.host");
     }
 
-    private static <T> RDD<RankOutcome> rankStage(SparkContext sc, int numProc, RankTask<T> task,
-            HorovodRunOptions options) {
-        List<Integer> rankIds = IntStream.range(0, numProc).boxed().toList();
-        RDD<Integer> seeds = JavaSparkContext.fromSparkContext(sc).parallelize(rankIds, numProc).rdd();
+    private static <I, T> RDD<RankOutcome> rankStage(RDD<I> data, RankTask<I, T> task, HorovodRunOptions options) {
         ClassTag<RankOutcome> outcomeTag = ClassTag$.MODULE$.apply(RankOutcome.class);
-        RDD<RankOutcome> ranks = seeds.barrier().mapPartitions(task, false, outcomeTag);
+        RDD<RankOutcome> ranks = data.barrier().mapPartitions(task, false, outcomeTag);
         if (options.gpusPerRank() > 0) {
             // A task-only profile: the stage asks for GPUs without touching executor sizing.
             ResourceProfile gpuProfile = new ResourceProfileBuilder()
@@ -130,10 +145,10 @@ public final class HorovodRunner {
      * ranks run, the collectives' own timeouts bound the wait.
      */
     private static RankOutcome[] collectWithin(SparkContext sc, RDD<RankOutcome> ranks, int numProc,
-            HorovodRunOptions options, long deadline) {
+            HorovodRunOptions options, long deadline, String description) {
         String group = "horovod-rs-" + UUID.randomUUID();
         FutureTask<Object> job = new FutureTask<>(() -> {
-            sc.setJobGroup(group, "horovod-rs: " + numProc + " ranks", true);
+            sc.setJobGroup(group, description, true);
             try {
                 return ranks.collect();
             } finally {

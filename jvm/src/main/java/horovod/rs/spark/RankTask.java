@@ -22,13 +22,13 @@ import scala.runtime.AbstractFunction1;
  * <p>The exchange goes through the driver's {@link RendezvousService} when there is one, else
  * through {@code BarrierTaskContext.allGather} (which costs about a second).
  */
-final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<RankOutcome>>
+final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankOutcome>>
         implements Serializable {
     private static final long serialVersionUID = 1L;
     /** Marks an allGather entry that carries an error instead of an address. */
     private static final String FAILED_PREFIX = "!";
 
-    private final RankFunction<T> fn;
+    private final PartitionFunction<I, T> fn;
     private final int size;
     private final byte[] secret;
     private final long connectTimeoutMs;
@@ -38,7 +38,7 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
     /** The driver's rendezvous service, {@code host:port}; null to exchange with allGather. */
     private final String serviceAddress;
 
-    RankTask(RankFunction<T> fn, int size, byte[] secret, String serviceAddress, HorovodRunOptions options) {
+    RankTask(PartitionFunction<I, T> fn, int size, byte[] secret, String serviceAddress, HorovodRunOptions options) {
         this.fn = fn;
         this.size = size;
         this.secret = secret.clone();
@@ -49,13 +49,13 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
     }
 
     @Override
-    public Iterator<RankOutcome> apply(Iterator<Integer> partition) {
+    public Iterator<RankOutcome> apply(Iterator<I> partition) {
         BarrierTaskContext task = BarrierTaskContext.get();
         int rank = task.partitionId();
-        return scala.collection.Iterator$.MODULE$.single(runRank(task, rank));
+        return scala.collection.Iterator$.MODULE$.single(runRank(task, rank, partition));
     }
 
-    private RankOutcome runRank(BarrierTaskContext task, int rank) {
+    private RankOutcome runRank(BarrierTaskContext task, int rank, Iterator<I> partition) {
         NativeCommunicator.Listener listener = null;
         String myEntry;
         try {
@@ -75,7 +75,7 @@ final class RankTask<T> extends AbstractFunction1<Iterator<Integer>, Iterator<Ra
                     .startEngine(engineConfig)) {
                 HorovodContext ctx = new HorovodContext(rank, size, localRank(hosts, rank), localSize(hosts, rank),
                         gpuAddresses(task), engine);
-                return RankOutcome.success(rank, fn.call(ctx));
+                return RankOutcome.success(rank, fn.call(ctx, partition));
             }
         } catch (Throwable e) {
             return RankOutcome.failure(rank, e);
