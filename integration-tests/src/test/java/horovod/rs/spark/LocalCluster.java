@@ -9,10 +9,10 @@ import org.apache.spark.sql.SparkSession;
  * ({@code local-cluster[2,1,1024]}), with horovod-rs.jar shipped as a user would ship it, the
  * plugin on, and two fake GPUs per worker.
  */
-final class LocalCluster {
+public final class LocalCluster {
     private LocalCluster() {}
 
-    static SparkSession start(String appName) {
+    public static SparkSession start(String appName) {
         String jar = existingFile("horovod.rs.jar");
         String testJar = existingFile("horovod.rs.test.jar");
         SparkSession spark = SparkSession.builder()

@@ -39,6 +39,11 @@ public final class HorovodContext {
         this.engine = engine;
     }
 
+    /** This rank's engine, for native code that runs collectives itself (the trainer). */
+    NativeEngine engine() {
+        return engine;
+    }
+
     /** This rank, from 0 to {@code size() - 1}; equal to the barrier task's partition id. */
     public int rank() {
         return rank;

@@ -82,4 +82,30 @@ final class HorovodNative {
 
     /** Frees a tensor handle, done or not. */
     static native void tensorFree(long tensor);
+
+    // The trainer (native/train through native/jni/src/train_exports.rs).
+
+    /** Consumes the table; returns a trainer handle. Collective: every rank calls it. */
+    static native long trainerCreate(long engine, long table, String modelSpec, String trainConfig, byte[] checkpoint);
+
+    /** Collective: every rank calls it for each epoch. */
+    static native String trainerRunEpoch(long trainer, long engine);
+
+    static native boolean trainerDone(long trainer);
+
+    static native byte[] trainerCheckpoint(long trainer);
+
+    static native byte[] trainerModel(long trainer);
+
+    static native String trainerHistory(long trainer);
+
+    static native void trainerClose(long trainer);
+
+    static native long predictorCreate(String modelSpec, byte[] model);
+
+    static native float[][] predictorPredict(long predictor, long table);
+
+    static native void predictorClose(long predictor);
+
+    static native String specDescribe(String modelSpec);
 }

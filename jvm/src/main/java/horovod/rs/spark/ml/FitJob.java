@@ -1,0 +1,197 @@
+package horovod.rs.spark.ml;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import horovod.rs.spark.HorovodException;
+import horovod.rs.spark.HorovodRunOptions;
+import horovod.rs.spark.HorovodRunner;
+import horovod.rs.spark.store.Store;
+import java.time.LocalDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Set;
+import java.util.UUID;
+import org.apache.spark.SparkContext;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.types.BooleanType$;
+import org.apache.spark.sql.types.NumericType;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * One {@code HorovodEstimator.fit}, on the driver: check the columns and params before any job
+ * runs, prepare the data (select, repartition), run the ranks, and make the model of their results.
+ */
+final class FitJob {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final HorovodEstimator estimator;
+    private final Dataset<?> dataset;
+
+    FitJob(HorovodEstimator estimator, Dataset<?> dataset) {
+        this.estimator = estimator;
+        this.dataset = dataset;
+    }
+
+    HorovodModel run() {
+        String spec = estimator.getModelSpec();
+        ModelSpecInfo info = ModelSpecInfo.of(spec);
+        StructType schema = dataset.schema();
+        List<String> features = Schemas.featureColumns(estimator, info);
+        List<String> labels = labelColumns(info, schema);
+        features.forEach(f -> Schemas.requireColumn(schema, f, "feature"));
+        Validation validation = Validation.parse(estimator.getValidation(), schema);
+
+        Set<String> columns = new LinkedHashSet<>(features);
+        columns.addAll(labels);
+        if (validation.column() != null) {
+            columns.add(validation.column());
+        }
+        SparkContext sc = dataset.sparkSession().sparkContext();
+        int numProc = estimator.getNumProc() > 0 ? estimator.getNumProc() : sc.defaultParallelism();
+        Store store = estimator.getStore().isEmpty() ? null : Store.create(estimator.getStore(), sc.hadoopConfiguration());
+        String runId = estimator.getRunId().isEmpty() ? newRunId() : estimator.getRunId();
+        Progress progress = new Progress(estimator.getVerbose() > 0, store, runId);
+        if (store != null && store.exists(store.runFile(runId, Store.CHECKPOINT))) {
+            progress.say("resuming run " + runId + " from its checkpoint in " + store.runPath(runId));
+        }
+
+        Dataset<Row> selected = dataset.select(columns.stream().map(Column::new).toArray(Column[]::new))
+                .repartition(numProc);
+        StructType selectedSchema = selected.schema();
+        RDD<InternalRow> rows = ((org.apache.spark.sql.classic.Dataset<Row>) selected).queryExecution().toRdd();
+        String config = trainConfig(labels, validation);
+        FitRank rank = new FitRank(selectedSchema, new ArrayList<>(columns), labels, estimator.getDropInvalidRows(),
+                spec, config, store, runId);
+        HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
+        if (estimator.getUseGpu()) {
+            options = options.withGpusPerRank(1);
+        }
+        String description = "horovod-rs: fit HorovodEstimator " + estimator.uid() + " (run " + runId + ", "
+                + numProc + " ranks, " + estimator.getEpochs() + " epochs)";
+
+        List<FitResult> results;
+        progress.start();
+        try {
+            results = HorovodRunner.runOnPartitions(rows, rank, options, description);
+        } finally {
+            progress.stop();
+        }
+        FitResult first = checkIdentical(results);
+        long dropped = results.stream().mapToLong(FitResult::droppedRows).sum();
+        if (dropped > 0) {
+            progress.say("dropped " + dropped + " invalid rows (nulls, NaN labels or ragged arrays)");
+        }
+        progress.finish(first.historyJson());
+        HorovodModel model = new HorovodModel(estimator.uid() + "_model", first.model(), first.historyJson());
+        model.setParent(estimator);
+        model.setFeatureCols(features.toArray(String[]::new));
+        model.setOutputCols(Schemas.outputColumns(estimator, info).toArray(String[]::new));
+        model.setModelSpec(spec);
+        return model;
+    }
+
+    private List<String> labelColumns(ModelSpecInfo info, StructType schema) {
+        if (!estimator.isDefined(estimator.labelCols()) || estimator.getLabelCols().length == 0) {
+            throw new IllegalArgumentException("no label columns: call setLabelCols with one column per model output "
+                    + info.outputNames());
+        }
+        List<String> labels = List.of(estimator.getLabelCols());
+        if (labels.size() != info.outputNames().size()) {
+            throw new IllegalArgumentException("labelCols " + labels + " must name one column per model output "
+                    + info.outputNames());
+        }
+        labels.forEach(l -> Schemas.requireColumn(schema, l, "label"));
+        return labels;
+    }
+
+    /** Every rank must end with the same weights; anything else is a bug worth failing for. */
+    private static FitResult checkIdentical(List<FitResult> results) {
+        FitResult first = results.get(0);
+        for (FitResult result : results) {
+            if (!result.weightsDigest().equals(first.weightsDigest())) {
+                throw new HorovodException("rank " + result.rank() + " ended with weights different from rank 0's ("
+                        + result.weightsDigest() + " vs " + first.weightsDigest() + ")");
+            }
+        }
+        return first;
+    }
+
+    private String trainConfig(List<String> labels, Validation validation) {
+        ObjectNode config = JSON.createObjectNode();
+        config.putPOJO("label_columns", labels);
+        config.put("batch_size", estimator.getBatchSize());
+        if (estimator.getValBatchSize() > 0) {
+            config.put("val_batch_size", estimator.getValBatchSize());
+        }
+        config.put("epochs", estimator.getEpochs());
+        if (estimator.getTrainStepsPerEpoch() > 0) {
+            config.put("steps_per_epoch", estimator.getTrainStepsPerEpoch());
+        }
+        ObjectNode optimizer = config.putObject("optimizer");
+        optimizer.put("name", estimator.getOptimizer().toLowerCase(Locale.ROOT));
+        optimizer.put("learning_rate", estimator.getLearningRate());
+        optimizer.put("momentum", estimator.getMomentum());
+        optimizer.put("weight_decay", estimator.getWeightDecay());
+        optimizer.put("epsilon", estimator.getEpsilon());
+        config.put("loss", estimator.getLoss());
+        config.putPOJO("metrics", List.of(estimator.getMetrics()));
+        validation.writeTo(config);
+        if (!estimator.getMonitor().isEmpty()) {
+            config.put("monitor", estimator.getMonitor());
+        }
+        if (estimator.getEarlyStoppingPatience() > 0) {
+            config.put("early_stopping_patience", estimator.getEarlyStoppingPatience());
+        }
+        config.put("shuffle_buffer_size", estimator.getShuffleBufferSize());
+        config.put("seed", estimator.getSeed());
+        return config.toString();
+    }
+
+    private static String newRunId() {
+        return "run-" + LocalDateTime.now().format(DateTimeFormatter.ofPattern("yyyyMMdd-HHmmss")) + "-"
+                + UUID.randomUUID().toString().substring(0, 8);
+    }
+
+    /** The validation param: none, a column of the DataFrame, or a fraction of each rank's rows. */
+    record Validation(String column, double fraction) {
+        static Validation parse(String value, StructType schema) {
+            if (value == null || value.isEmpty()) {
+                return new Validation(null, 0);
+            }
+            List<String> names = List.of(schema.fieldNames());
+            if (names.contains(value)) {
+                var type = schema.apply(value).dataType();
+                if (!(type instanceof NumericType) && !type.equals(BooleanType$.MODULE$)) {
+                    throw new IllegalArgumentException("validation column '" + value + "' is " + type.simpleString()
+                            + "; it must be boolean or numeric (nonzero marks a validation row)");
+                }
+                return new Validation(value, 0);
+            }
+            try {
+                double fraction = Double.parseDouble(value);
+                if (fraction > 0 && fraction < 1) {
+                    return new Validation(null, fraction);
+                }
+            } catch (NumberFormatException notANumber) {
+                // Reported below with the columns there are.
+            }
+            throw new IllegalArgumentException("validation '" + value + "' is neither a column of the DataFrame "
+                    + names + " nor a fraction in (0, 1)");
+        }
+
+        void writeTo(ObjectNode config) {
+            if (column != null) {
+                config.put("validation_column", column);
+            } else if (fraction > 0) {
+                config.put("validation_fraction", fraction);
+            }
+        }
+    }
+}

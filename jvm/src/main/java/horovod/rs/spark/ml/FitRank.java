@@ -1,0 +1,84 @@
+package horovod.rs.spark.ml;
+
+import horovod.rs.spark.HorovodContext;
+import horovod.rs.spark.NativeTable;
+import horovod.rs.spark.NativeTrainer;
+import horovod.rs.spark.PartitionFunction;
+import horovod.rs.spark.store.Store;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.HexFormat;
+import java.util.List;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.types.StructType;
+import scala.collection.Iterator;
+
+/**
+ * One rank of a fit: its partition into a native table, the table into the trainer, then epochs
+ * until the trainer is done. Rank 0 writes the checkpoint and the history to the store after every
+ * epoch (so a later fit with the same run id resumes, and the driver shows progress), and the
+ * final model at the end.
+ */
+final class FitRank implements PartitionFunction<InternalRow, FitResult> {
+    private static final long serialVersionUID = 1L;
+
+    private final StructType schema;
+    private final List<String> columns;
+    private final List<String> labelColumns;
+    private final boolean dropInvalidRows;
+    private final String modelSpec;
+    private final String trainConfig;
+    /** Null when the fit has no store. */
+    private final Store store;
+    private final String runId;
+
+    FitRank(StructType schema, List<String> columns, List<String> labelColumns, boolean dropInvalidRows,
+            String modelSpec, String trainConfig, Store store, String runId) {
+        this.schema = schema;
+        this.columns = List.copyOf(columns);
+        this.labelColumns = List.copyOf(labelColumns);
+        this.dropInvalidRows = dropInvalidRows;
+        this.modelSpec = modelSpec;
+        this.trainConfig = trainConfig;
+        this.store = store;
+        this.runId = runId;
+    }
+
+    @Override
+    public FitResult call(HorovodContext ctx, Iterator<InternalRow> partition) {
+        boolean writer = ctx.rank() == 0 && store != null;
+        NativeTable table = NativeTable.fromRows(partition, schema, columns, labelColumns, dropInvalidRows,
+                Long.MAX_VALUE);
+        long rows = table.rows();
+        long dropped = table.droppedRows();
+        byte[] checkpoint = store == null ? null : store.read(store.runFile(runId, Store.CHECKPOINT)).orElse(null);
+        try (NativeTrainer trainer = NativeTrainer.create(ctx, table, modelSpec, trainConfig, checkpoint)) {
+            while (!trainer.done()) {
+                trainer.runEpoch();
+                if (writer) {
+                    store.write(store.runFile(runId, Store.CHECKPOINT), trainer.checkpoint());
+                    store.write(store.runFile(runId, Store.HISTORY),
+                            trainer.historyJson().getBytes(StandardCharsets.UTF_8));
+                }
+            }
+            byte[] model = trainer.modelBytes();
+            if (writer) {
+                store.write(store.runFile(runId, Store.MODEL), model);
+            }
+            boolean first = ctx.rank() == 0;
+            return new FitResult(ctx.rank(), rows, dropped, sha256(model), first ? model : null,
+                    first ? trainer.historyJson() : null);
+        } finally {
+            table.close();
+        }
+    }
+
+    private static String sha256(byte[] bytes) {
+        try {
+            return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(bytes));
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("every Java runtime has SHA-256", e);
+        }
+    }
+}
