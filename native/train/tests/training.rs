@@ -1,0 +1,384 @@
+//! Training on real data in one process: quality, reproducibility, data
+//! parallelism over the collective engine (threads as ranks), checkpoints.
+
+use std::thread;
+use std::time::Duration;
+
+use horovod_core::engine::LocalTransport;
+use horovod_core::{Engine, EngineConfig};
+use horovod_data::{Column, Table};
+use horovod_train::{EngineCollectives, ModelSpec, Predictor, Single, TrainConfig, Trainer};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// y = 3 x1 - 2 x2 + effect[cat] + noise(0.05), `rows` rows from `seed`.
+fn regression_table(rows: usize, seed: u64) -> Table {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let effect = [0.5f32, -1.0, 2.0, 0.0, 1.5];
+    let (mut x, mut cat, mut y) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rows {
+        let (x1, x2): (f32, f32) = (rng.gen_range(-1.0..1.0), rng.gen_range(-1.0..1.0));
+        let c = rng.gen_range(0..5usize);
+        x.extend([x1, x2]);
+        cat.push(c as f32);
+        y.push(3.0 * x1 - 2.0 * x2 + effect[c] + 0.05 * rng.gen_range(-1.0f32..1.0));
+    }
+    Table::new(
+        rows,
+        vec![
+            Column::new("x", 2, x),
+            Column::new("cat", 1, cat),
+            Column::new("y", 1, y),
+        ],
+    )
+    .unwrap()
+}
+
+const REGRESSION_SPEC: &str = r#"{
+  "inputs": [{"name": "x", "type": "float"},
+             {"name": "cat", "type": "categorical", "vocabulary": 5}],
+  "layers": [{"name": "cat_emb", "type": "embedding", "input": "cat", "dim": 3},
+             {"name": "x_bn", "type": "batch_norm", "input": "x"},
+             {"name": "all", "type": "concatenate", "inputs": ["x_bn", "cat_emb"]},
+             {"name": "hidden", "type": "dense", "input": "all", "units": 32, "activation": "relu", "l2": 1e-5},
+             {"name": "y_hat", "type": "dense", "input": "hidden", "units": 1}],
+  "outputs": ["y_hat"]
+}"#;
+
+/// The regression's config, with `extra` keys (", \"epochs\": 2") replacing the defaults here.
+fn config(extra: &str) -> TrainConfig {
+    let mut base: serde_json::Value = serde_json::from_str(
+        r#"{"label_columns": ["y"], "batch_size": 32, "epochs": 8, "loss": "mse", "metrics": ["mae"],
+            "optimizer": {"name": "adam", "learning_rate": 0.01}, "seed": 3}"#,
+    )
+    .unwrap();
+    let extra: serde_json::Value = serde_json::from_str(&format!("{{\"_\": 0 {extra}}}")).unwrap();
+    for (key, value) in extra.as_object().unwrap().iter().filter(|(k, _)| *k != "_") {
+        base[key] = value.clone();
+    }
+    TrainConfig::from_json(&base.to_string()).unwrap()
+}
+
+fn spec() -> ModelSpec {
+    ModelSpec::from_json(REGRESSION_SPEC).unwrap()
+}
+
+#[test]
+fn regression_reaches_its_threshold_and_predicts() {
+    let mut trainer = Trainer::new(
+        spec(),
+        config(r#", "validation_fraction": 0.2"#),
+        regression_table(2000, 1),
+        &Single,
+        None,
+    )
+    .unwrap();
+    while !trainer.done() {
+        trainer.run_epoch(&Single).unwrap();
+    }
+    let history = trainer.history();
+    let last = &history[history.len() - 1];
+    assert!(
+        last.val["loss"] < 0.05,
+        "validation mse {} should be below 0.05",
+        last.val["loss"]
+    );
+    assert!(history[0].train["loss"] > last.train["loss"]);
+
+    let test = regression_table(500, 99);
+    let predictor = Predictor::new(spec(), &trainer.model_bytes()).unwrap();
+    let predicted = predictor.predict(&test).unwrap();
+    assert_eq!(predicted[0].name(), "y_hat");
+    let truth = test.column("y").unwrap().values();
+    let mse: f32 = predicted[0]
+        .values()
+        .iter()
+        .zip(truth)
+        .map(|(p, y)| (p - y).powi(2))
+        .sum::<f32>()
+        / 500.0;
+    assert!(mse < 0.05, "held-out mse {mse} should be below 0.05");
+}
+
+#[test]
+fn classification_reaches_its_accuracy() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (mut f, mut label) = (Vec::new(), Vec::new());
+    for i in 0..1500 {
+        let class = (i % 2) as f32;
+        let sign = class * 2.0 - 1.0;
+        f.extend([
+            rng.gen_range(-1.0f32..1.0) + 1.5 * sign,
+            rng.gen_range(-1.0f32..1.0) - sign,
+        ]);
+        label.push(class);
+    }
+    let table = Table::new(
+        1500,
+        vec![Column::new("f", 2, f), Column::new("label", 1, label)],
+    )
+    .unwrap();
+    let spec = ModelSpec::from_json(
+        r#"{"inputs": [{"name": "f", "type": "float"}],
+            "layers": [{"name": "h", "type": "dense", "input": "f", "units": 8, "activation": "tanh"},
+                       {"name": "d", "type": "dropout", "input": "h", "rate": 0.2},
+                       {"name": "p", "type": "dense", "input": "d", "units": 1, "activation": "sigmoid"}],
+            "outputs": ["p"]}"#,
+    )
+    .unwrap();
+    let config = TrainConfig::from_json(
+        r#"{"label_columns": ["label"], "loss": "binary_crossentropy", "metrics": ["accuracy"], "epochs": 3,
+            "optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}, "validation_fraction": 0.25}"#,
+    )
+    .unwrap();
+    let mut trainer = Trainer::new(spec, config, table, &Single, None).unwrap();
+    while !trainer.done() {
+        trainer.run_epoch(&Single).unwrap();
+    }
+    let accuracy = trainer.history()[2].val["accuracy"];
+    assert!(
+        accuracy >= 0.95,
+        "validation accuracy {accuracy} should reach 0.95"
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_bits() {
+    let run = || {
+        let mut trainer = Trainer::new(
+            spec(),
+            config(r#", "epochs": 2"#),
+            regression_table(300, 1),
+            &Single,
+            None,
+        )
+        .unwrap();
+        while !trainer.done() {
+            trainer.run_epoch(&Single).unwrap();
+        }
+        trainer.model_bytes()
+    };
+    assert_eq!(run(), run());
+}
+
+/// Trains on `size` ranks (threads, each with its own engine) with uneven
+/// shards; returns every rank's final model bytes, or its error.
+fn train_ranks(
+    size: usize,
+    rows: &[usize],
+    extra: &'static str,
+) -> Vec<horovod_train::Result<Vec<u8>>> {
+    let rows = rows.to_vec();
+    let threads: Vec<_> = LocalTransport::group(size, WAIT)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, transport)| {
+            let rows = rows[rank];
+            thread::spawn(move || {
+                let engine = Engine::start(transport, EngineConfig::default()).unwrap();
+                let comm = EngineCollectives::new(&engine, WAIT);
+                let mut trainer = Trainer::new(
+                    spec(),
+                    config(extra),
+                    regression_table(rows, rank as u64),
+                    &comm,
+                    None,
+                )?;
+                while !trainer.done() {
+                    trainer.run_epoch(&comm)?;
+                }
+                Ok(trainer.model_bytes())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn ranks_with_uneven_shards_end_with_identical_weights() {
+    for (size, rows) in [(2, vec![300, 170]), (3, vec![200, 90, 150])] {
+        let models: Vec<Vec<u8>> = train_ranks(size, &rows, r#", "epochs": 2"#)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        for (rank, model) in models.iter().enumerate() {
+            assert!(
+                model == &models[0],
+                "rank {rank} of {size} ended with different weights"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rank_without_rows_fails_every_rank() {
+    for result in train_ranks(2, &[100, 0], "") {
+        let message = result.expect_err("every rank fails").to_string();
+        assert!(message.contains("rank 1 has no training rows"), "{message}");
+    }
+}
+
+#[test]
+fn resuming_from_a_checkpoint_equals_training_straight_through() {
+    let straight = {
+        let mut trainer = Trainer::new(
+            spec(),
+            config(r#", "epochs": 3"#),
+            regression_table(400, 1),
+            &Single,
+            None,
+        )
+        .unwrap();
+        while !trainer.done() {
+            trainer.run_epoch(&Single).unwrap();
+        }
+        (trainer.model_bytes(), trainer.history_json())
+    };
+    let mut first = Trainer::new(
+        spec(),
+        config(r#", "epochs": 3"#),
+        regression_table(400, 1),
+        &Single,
+        None,
+    )
+    .unwrap();
+    first.run_epoch(&Single).unwrap();
+    let checkpoint = first.checkpoint();
+    let mut resumed = Trainer::new(
+        spec(),
+        config(r#", "epochs": 3"#),
+        regression_table(400, 1),
+        &Single,
+        Some(&checkpoint),
+    )
+    .unwrap();
+    assert_eq!(resumed.history().len(), 1);
+    while !resumed.done() {
+        resumed.run_epoch(&Single).unwrap();
+    }
+    assert!(
+        resumed.model_bytes() == straight.0,
+        "resumed weights differ from straight-through training"
+    );
+    // Seconds differ between runs; everything else in the history matches.
+    let losses = |json: &str| {
+        let history: serde_json::Value = serde_json::from_str(json).unwrap();
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["train"]["loss"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(losses(&resumed.history_json()), losses(&straight.1));
+}
+
+#[test]
+fn bad_data_is_named_with_counts() {
+    let mut table = regression_table(50, 1);
+    let err = Trainer::new(
+        spec(),
+        config(r#", "label_columns": ["sales"]"#),
+        table.clone(),
+        &Single,
+        None,
+    );
+    let message = err.err().unwrap().to_string();
+    assert!(message.contains("column 'sales' is missing"), "{message}");
+    assert!(message.contains("\"x\""), "{message}");
+
+    let mut cat = table.column("cat").unwrap().values().to_vec();
+    cat[3] = 7.0;
+    cat[9] = 2.5;
+    table = Table::new(
+        50,
+        vec![
+            table.column("x").unwrap().clone(),
+            Column::new("cat", 1, cat),
+            table.column("y").unwrap().clone(),
+        ],
+    )
+    .unwrap();
+    let message = Trainer::new(spec(), config(""), table, &Single, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("categorical column 'cat' has 2 values that are not integers in [0, 5)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_rossmann_model_builds_with_its_parameter_count() {
+    let spec = ModelSpec::from_json(include_str!(
+        "../../../examples/rossmann/rossmann-model.json"
+    ))
+    .unwrap();
+    assert_eq!(spec.input_columns().len(), 36);
+    let mut columns: Vec<Column> = spec
+        .input_columns()
+        .into_iter()
+        .map(|c| Column::new(c, 1, vec![0.0; 4]))
+        .collect();
+    columns.push(Column::new("Sales", 1, vec![1.0; 4]));
+    let config =
+        TrainConfig::from_json(r#"{"label_columns": ["Sales"], "loss": "mae", "batch_size": 4}"#)
+            .unwrap();
+    let trainer = Trainer::new(
+        spec.clone(),
+        config,
+        Table::new(4, columns).unwrap(),
+        &Single,
+        None,
+    )
+    .unwrap();
+    let (_, arrays) = {
+        let bytes = trainer.model_bytes();
+        let predictor = Predictor::new(spec, &bytes).unwrap();
+        assert_eq!(predictor.outputs(), vec![("sales".to_string(), 1)]);
+        ((), bytes)
+    };
+    // Embeddings: 10 x (sum of the 18 vocabularies = 1380) = 13 800; batch norm over 18
+    // continuous columns: 4 x 18 = 72; dense 198-1000-1000-1000-500-1 with biases:
+    // 199 000 + 1 001 000 + 1 001 000 + 500 500 + 501 = 2 702 001. Total 2 715 873 floats,
+    // plus the header of the saved model.
+    let floats = 2_715_873usize;
+    assert!(
+        arrays.len() > floats * 4 && arrays.len() < floats * 4 + 20_000,
+        "{} bytes",
+        arrays.len()
+    );
+}
+
+#[test]
+fn spec_errors_name_the_layer_and_field() {
+    let err = |json: &str| ModelSpec::from_json(json).err().unwrap().to_string();
+    let base = |layers: &str| {
+        format!(
+            r#"{{"inputs": [{{"name": "x", "type": "float"}}], "layers": [{layers}], "outputs": ["h"]}}"#
+        )
+    };
+    assert!(err(&base(
+        r#"{"name": "h", "type": "dense", "input": "y", "units": 3}"#
+    ))
+    .contains("layer 'h': reads 'y', which is not defined before it"));
+    assert!(
+        err(&base(r#"{"name": "h", "type": "dense", "input": "x"}"#))
+            .contains("layer 'h': needs \"units\" > 0")
+    );
+    assert!(
+        err(&base(r#"{"name": "h", "type": "conv2d", "input": "x"}"#))
+            .contains("layer 'h': unknown type 'conv2d'")
+    );
+    assert!(err(&base(
+        r#"{"name": "h", "type": "dense", "input": "x", "units": 2, "activation": "gelu"}"#
+    ))
+    .contains("unknown activation 'gelu'"));
+    assert!(err(&base(
+        r#"{"name": "h", "type": "embedding", "input": "x", "dim": 2}"#
+    ))
+    .contains("an embedding reads a categorical input, not 'x'"));
+}
