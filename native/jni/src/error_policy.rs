@@ -18,6 +18,20 @@ pub enum JniError {
     /// Java passed an argument the engine cannot use (a closed handle, a bad op).
     #[error("{0}")]
     InvalidArgument(String),
+    /// The trainer rejected a spec, config or data, or failed while training.
+    #[error(transparent)]
+    Train(horovod_train::Error),
+}
+
+impl From<horovod_train::Error> for JniError {
+    /// A collective's failure inside the trainer keeps its own exception class
+    /// (a lost peer, a timeout); the trainer's own errors are plain ones.
+    fn from(error: horovod_train::Error) -> JniError {
+        match error {
+            horovod_train::Error::Collective(core) => JniError::Core(core),
+            other => JniError::Train(other),
+        }
+    }
 }
 
 const BASE_EXCEPTION: &str = "horovod/rs/spark/HorovodException";

@@ -13,3 +13,4 @@ mod engine_exports;
 mod error_policy;
 mod exports;
 mod handles;
+mod train_exports;

@@ -103,7 +103,10 @@ final class HorovodNative {
 
     static native long predictorCreate(String modelSpec, byte[] model);
 
-    static native float[][] predictorPredict(long predictor, long table);
+    /** Every output's values for every row, output after output. */
+    static native float[] predictorPredict(long predictor, long table);
+
+    static native int[] predictorOutputWidths(long predictor);
 
     static native void predictorClose(long predictor);
 

@@ -22,7 +22,18 @@ public final class NativePredictor extends NativeHandle {
      * width} values row by row, in the order of the spec's outputs.
      */
     public synchronized float[][] predict(NativeTable table) {
-        return HorovodNative.predictorPredict(live(), table.live());
+        long handle = live();
+        float[] all = HorovodNative.predictorPredict(handle, table.live());
+        int[] widths = HorovodNative.predictorOutputWidths(handle);
+        int rowValues = java.util.Arrays.stream(widths).sum();
+        int rows = rowValues == 0 ? 0 : all.length / rowValues;
+        float[][] outputs = new float[widths.length][];
+        int offset = 0;
+        for (int o = 0; o < widths.length; o++) {
+            outputs[o] = java.util.Arrays.copyOfRange(all, offset, offset + rows * widths[o]);
+            offset += rows * widths[o];
+        }
+        return outputs;
     }
 
     /**
