@@ -66,13 +66,13 @@ final class FitJob {
                 .repartition(numProc);
         StructType selectedSchema = selected.schema();
         RDD<InternalRow> rows = ((org.apache.spark.sql.classic.Dataset<Row>) selected).queryExecution().toRdd();
-        String config = trainConfig(labels, validation);
-        FitRank rank = new FitRank(selectedSchema, new ArrayList<>(columns), labels, estimator.getDropInvalidRows(),
-                spec, config, store, runId);
         HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
         if (estimator.getUseGpu()) {
             options = options.withGpusPerRank(1);
         }
+        String config = trainConfig(labels, validation, options);
+        FitRank rank = new FitRank(selectedSchema, new ArrayList<>(columns), labels, estimator.getDropInvalidRows(),
+                spec, config, store, runId);
         String description = "horovod-rs: fit HorovodEstimator " + estimator.uid() + " (run " + runId + ", "
                 + numProc + " ranks, " + estimator.getEpochs() + " epochs)";
 
@@ -123,7 +123,7 @@ final class FitJob {
         return first;
     }
 
-    private String trainConfig(List<String> labels, Validation validation) {
+    private String trainConfig(List<String> labels, Validation validation, HorovodRunOptions options) {
         ObjectNode config = JSON.createObjectNode();
         config.putPOJO("label_columns", labels);
         config.put("batch_size", estimator.getBatchSize());
@@ -151,6 +151,7 @@ final class FitJob {
         }
         config.put("shuffle_buffer_size", estimator.getShuffleBufferSize());
         config.put("seed", estimator.getSeed());
+        config.put("collective_timeout_ms", options.collectiveTimeout().toMillis());
         return config.toString();
     }
 

@@ -52,7 +52,8 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
                 Long.MAX_VALUE);
         long rows = table.rows();
         long dropped = table.droppedRows();
-        byte[] checkpoint = store == null ? null : store.read(store.runFile(runId, Store.CHECKPOINT)).orElse(null);
+        // Rank 0's state (fresh or resumed) goes to every rank, so only rank 0 reads the checkpoint.
+        byte[] checkpoint = writer ? store.read(store.runFile(runId, Store.CHECKPOINT)).orElse(null) : null;
         try (NativeTrainer trainer = NativeTrainer.create(ctx, table, modelSpec, trainConfig, checkpoint)) {
             while (!trainer.done()) {
                 trainer.runEpoch();
