@@ -20,6 +20,14 @@ pub enum TableError {
     /// Two columns share a name.
     #[error("column '{0}' appears twice")]
     Duplicate(String),
+    /// Rows were added with values for a different number of columns.
+    #[error("{found} columns of values for a table of {expected} columns")]
+    Arity {
+        /// Columns of the table.
+        expected: usize,
+        /// Columns of values given.
+        found: usize,
+    },
     /// Appended tables do not have the same columns.
     #[error("cannot append: columns {found:?} differ from {expected:?}")]
     Schema {
@@ -119,6 +127,31 @@ impl Table {
         self.columns.iter().find(|c| c.name == name)
     }
 
+    /// Adds `rows` rows: `values[i]` holds `rows * width` values of column `i`.
+    pub fn extend_rows(&mut self, values: &[&[f32]], rows: usize) -> Result<(), TableError> {
+        if values.len() != self.columns.len() {
+            return Err(TableError::Arity {
+                expected: self.columns.len(),
+                found: values.len(),
+            });
+        }
+        for (column, new) in self.columns.iter().zip(values) {
+            if new.len() != rows * column.width {
+                return Err(TableError::Length {
+                    name: column.name.clone(),
+                    values: new.len(),
+                    rows,
+                    width: column.width,
+                });
+            }
+        }
+        for (column, new) in self.columns.iter_mut().zip(values) {
+            column.values.extend_from_slice(new);
+        }
+        self.rows += rows;
+        Ok(())
+    }
+
     /// Adds `other`'s rows after this table's; both must have the same columns.
     /// An empty table without columns takes `other`'s columns.
     pub fn append(&mut self, other: Table) -> Result<(), TableError> {
@@ -165,6 +198,29 @@ mod tests {
             ],
         );
         assert_eq!(err.unwrap_err(), TableError::Duplicate("a".into()));
+    }
+
+    #[test]
+    fn extends_rows_column_by_column() {
+        let mut table = Table::new(
+            0,
+            vec![Column::new("a", 1, vec![]), Column::new("v", 2, vec![])],
+        )
+        .unwrap();
+        table
+            .extend_rows(&[&[1.0, 2.0], &[1.0, 1.5, 2.0, 2.5]], 2)
+            .unwrap();
+        assert_eq!(table.rows(), 2);
+        assert_eq!(table.column("v").unwrap().row(1), &[2.0, 2.5]);
+        let err = table.extend_rows(&[&[1.0], &[1.0]], 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "column 'v' has 1 values, expected 1 rows x width 2"
+        );
+        assert!(matches!(
+            table.extend_rows(&[&[1.0]], 1),
+            Err(TableError::Arity { .. })
+        ));
     }
 
     #[test]

@@ -13,4 +13,5 @@ mod engine_exports;
 mod error_policy;
 mod exports;
 mod handles;
+mod table_exports;
 mod train_exports;

@@ -10,9 +10,18 @@ use rand_chacha::ChaCha8Rng;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let rows: usize = args.next().map(|a| a.parse().expect("rows")).unwrap_or(20_480);
-    let batch: usize = args.next().map(|a| a.parse().expect("batch")).unwrap_or(256);
-    let spec = ModelSpec::from_json(include_str!("../../../examples/rossmann/rossmann-model.json")).unwrap();
+    let rows: usize = args
+        .next()
+        .map(|a| a.parse().expect("rows"))
+        .unwrap_or(20_480);
+    let batch: usize = args
+        .next()
+        .map(|a| a.parse().expect("batch"))
+        .unwrap_or(256);
+    let spec = ModelSpec::from_json(include_str!(
+        "../../../examples/rossmann/rossmann-model.json"
+    ))
+    .unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut columns = Vec::new();
     for input in &spec.inputs {
@@ -24,7 +33,11 @@ fn main() {
             columns.push(Column::new(name, 1, values));
         }
     }
-    columns.push(Column::new("Sales", 1, (0..rows).map(|_| rng.gen_range(7.0..10.0)).collect()));
+    columns.push(Column::new(
+        "Sales",
+        1,
+        (0..rows).map(|_| rng.gen_range(7.0..10.0)).collect(),
+    ));
     let table = Table::new(rows, columns).unwrap();
     let config = TrainConfig::from_json(&format!(
         r#"{{"label_columns": ["Sales"], "loss": "mae", "batch_size": {batch}, "epochs": 1,
@@ -34,5 +47,8 @@ fn main() {
     let mut trainer = Trainer::new(spec, config, table, &Single, None).unwrap();
     let report = trainer.run_epoch(&Single).unwrap();
     println!("path,rows,columns,seconds,rows_per_s");
-    println!("train,{},36,{:.3},{:.0}", report.samples, report.seconds, report.samples_per_second);
+    println!(
+        "train,{},36,{:.3},{:.0}",
+        report.samples, report.seconds, report.samples_per_second
+    );
 }

@@ -111,4 +111,18 @@ final class HorovodNative {
     static native void predictorClose(long predictor);
 
     static native String specDescribe(String modelSpec);
+
+    // Training data (native/jni/src/table_exports.rs).
+
+    /** An empty table; {@code names} one per line. */
+    static native long tableCreate(String names, int[] widths);
+
+    /** Copies {@code rows} rows from one Arrow float32 data buffer per column, by address. */
+    static native void tableAppend(long table, long[] addresses, int rows);
+
+    static native long tableRows(long table);
+
+    static native float[] tableColumn(long table, String column);
+
+    static native void tableClose(long table);
 }

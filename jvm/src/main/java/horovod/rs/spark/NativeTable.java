@@ -1,26 +1,235 @@
 package horovod.rs.spark;
 
+import java.util.ArrayList;
 import java.util.List;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.Float4Vector;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
 import scala.collection.Iterator;
 
-/** Placeholder with the agreed API until the Arrow import lands. */
+/**
+ * A rank's training (or inference) data in native memory: named columns of {@code float}s, filled
+ * from a partition's rows without files and without a JNI call per row.
+ *
+ * <p>Rows are written, a batch at a time, into Arrow {@code float32} vectors (one per column,
+ * {@code width} values per row), whose buffers Rust copies by address in one call per batch
+ * (docs/ingest.md). Rows with a null, a ragged array or a NaN label are counted per column and
+ * never written: with {@code dropInvalidRows} they are dropped and counted in
+ * {@link #droppedRows()}, otherwise the whole partition is read and then rejected with a message
+ * naming each column and how many rows it spoiled.
+ *
+ * <p>Internal: the public surface is for {@code horovod.rs.spark.ml} only.
+ */
 public final class NativeTable extends NativeHandle {
-    private NativeTable(long handle) {
-        super("table", handle, h -> {});
+    /** Rows per Arrow batch: big enough to amortise the call, small enough to stay in cache. */
+    static final int BATCH_ROWS = 8192;
+
+    private final long rows;
+    private final long droppedRows;
+
+    private NativeTable(long handle, long rows, long droppedRows) {
+        super("table", handle, HorovodNative::tableClose);
+        this.rows = rows;
+        this.droppedRows = droppedRows;
     }
 
+    /**
+     * Reads at most {@code maxRows} rows of {@code rows} into a table of exactly {@code columns}.
+     *
+     * @param labelColumns columns in which NaN is invalid too (features may hold NaN only if the
+     *     model never sees them; the trainer rejects NaN features itself)
+     */
     public static NativeTable fromRows(Iterator<InternalRow> rows, StructType schema, List<String> columns,
             List<String> labelColumns, boolean dropInvalidRows, long maxRows) {
-        throw new UnsupportedOperationException();
+        NativeLibrary.load();
+        ColumnReader[] readers = new ColumnReader[columns.size()];
+        boolean[] labels = new boolean[columns.size()];
+        for (int c = 0; c < readers.length; c++) {
+            String name = columns.get(c);
+            if (name.contains("\n")) {
+                throw new HorovodException("column name '" + name + "' contains a line break");
+            }
+            int ordinal = fieldIndex(schema, name);
+            readers[c] = ColumnReader.of(schema.fields()[ordinal], ordinal);
+            labels[c] = labelColumns.contains(name);
+        }
+        try (Ingest ingest = new Ingest(readers, labels)) {
+            long read = 0;
+            while (read < maxRows && rows.hasNext()) {
+                ingest.add(rows.next());
+                read++;
+            }
+            return ingest.finish(dropInvalidRows);
+        }
     }
 
+    private static int fieldIndex(StructType schema, String name) {
+        String[] names = schema.fieldNames();
+        for (int i = 0; i < names.length; i++) {
+            if (names[i].equals(name)) {
+                return i;
+            }
+        }
+        throw new HorovodException("column '" + name + "' is not in the data; its columns are "
+                + java.util.Arrays.toString(names));
+    }
+
+    /** Rows in the table. */
     public long rows() {
-        return 0;
+        return rows;
     }
 
+    /** Rows left out because of nulls, ragged arrays or NaN labels (with {@code dropInvalidRows}). */
     public long droppedRows() {
-        return 0;
+        return droppedRows;
+    }
+
+    /** Every value of {@code column}, row after row (for tests and inspection). */
+    public synchronized float[] columnValues(String column) {
+        return HorovodNative.tableColumn(live(), column);
+    }
+
+    /** One pass over rows: validation, Arrow batches, native appends. */
+    private static final class Ingest implements AutoCloseable {
+        private final ColumnReader[] readers;
+        private final boolean[] labels;
+        private final long[][] invalid; // [column][status]
+        private final BufferAllocator allocator = new RootAllocator();
+        private final List<Float4Vector> vectors = new ArrayList<>();
+        private long table;
+        private int batchRows;
+        private long rows;
+        private long dropped;
+
+        Ingest(ColumnReader[] readers, boolean[] labels) {
+            this.readers = readers;
+            this.labels = labels;
+            this.invalid = new long[readers.length][ColumnReader.Status.values().length];
+        }
+
+        void add(InternalRow row) {
+            boolean valid = true;
+            for (int c = 0; c < readers.length; c++) {
+                ColumnReader reader = readers[c];
+                ColumnReader.Status status = reader.read(row);
+                if (status == ColumnReader.Status.OK && labels[c] && hasNaN(reader.values, reader.width)) {
+                    status = ColumnReader.Status.NAN;
+                }
+                if (status != ColumnReader.Status.OK) {
+                    invalid[c][status.ordinal()]++;
+                    valid = false;
+                }
+            }
+            if (!valid) {
+                dropped++;
+                return;
+            }
+            if (table == 0) {
+                start();
+            }
+            for (int c = 0; c < readers.length; c++) {
+                int width = readers[c].width;
+                long offset = (long) batchRows * width * Float.BYTES;
+                var data = vectors.get(c).getDataBuffer();
+                float[] values = readers[c].values;
+                for (int i = 0; i < width; i++) {
+                    data.setFloat(offset + (long) i * Float.BYTES, values[i]);
+                }
+            }
+            if (++batchRows == BATCH_ROWS) {
+                flush();
+            }
+        }
+
+        private static boolean hasNaN(float[] values, int width) {
+            for (int i = 0; i < width; i++) {
+                if (Float.isNaN(values[i])) {
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        /** The first valid row fixes every column's width: create the table and its batch vectors. */
+        private void start() {
+            StringBuilder names = new StringBuilder();
+            int[] widths = new int[readers.length];
+            for (int c = 0; c < readers.length; c++) {
+                names.append(c == 0 ? "" : "\n").append(readers[c].name);
+                widths[c] = readers[c].width;
+                Float4Vector vector = new Float4Vector(readers[c].name, allocator);
+                vector.allocateNew(BATCH_ROWS * Math.max(widths[c], 1));
+                vectors.add(vector);
+            }
+            table = HorovodNative.tableCreate(names.toString(), widths);
+        }
+
+        private void flush() {
+            if (batchRows == 0) {
+                return;
+            }
+            long[] addresses = new long[vectors.size()];
+            for (int c = 0; c < addresses.length; c++) {
+                Float4Vector vector = vectors.get(c);
+                int values = batchRows * readers[c].width;
+                // Dense data: mark every value valid, as Arrow readers expect.
+                vector.getValidityBuffer().setOne(0L, (long) ((values + 7) / 8));
+                vector.setValueCount(values);
+                addresses[c] = vector.getDataBuffer().memoryAddress();
+            }
+            HorovodNative.tableAppend(table, addresses, batchRows);
+            rows += batchRows;
+            batchRows = 0;
+        }
+
+        NativeTable finish(boolean dropInvalidRows) {
+            if (table == 0) {
+                // No valid row: widths of arrays and vectors are unknown, take 1.
+                for (ColumnReader reader : readers) {
+                    reader.width = Math.max(reader.width, 1);
+                }
+                start();
+            }
+            flush();
+            long handle = table;
+            table = 0;
+            NativeTable result = new NativeTable(handle, rows, dropped);
+            if (dropped > 0 && !dropInvalidRows) {
+                result.close();
+                throw new HorovodException(describeInvalid() + " (of " + (rows + dropped)
+                        + " rows in this partition); fix the data or set dropInvalidRows to drop such rows");
+            }
+            return result;
+        }
+
+        private String describeInvalid() {
+            List<String> parts = new ArrayList<>();
+            for (int c = 0; c < readers.length; c++) {
+                long[] counts = invalid[c];
+                String name = "column '" + readers[c].name + "'";
+                if (counts[ColumnReader.Status.NULL.ordinal()] > 0) {
+                    parts.add(name + " has " + counts[ColumnReader.Status.NULL.ordinal()] + " null values");
+                }
+                if (counts[ColumnReader.Status.RAGGED.ordinal()] > 0) {
+                    parts.add(name + " has " + counts[ColumnReader.Status.RAGGED.ordinal()]
+                            + " ragged arrays (expected " + readers[c].width + " values per row)");
+                }
+                if (counts[ColumnReader.Status.NAN.ordinal()] > 0) {
+                    parts.add(name + " has " + counts[ColumnReader.Status.NAN.ordinal()] + " NaN labels");
+                }
+            }
+            return String.join("; ", parts);
+        }
+
+        @Override
+        public void close() {
+            vectors.forEach(Float4Vector::close);
+            allocator.close();
+            if (table != 0) {
+                HorovodNative.tableClose(table);
+            }
+        }
     }
 }
