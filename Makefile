@@ -24,12 +24,17 @@ BENCH_RANKS     := 2 3 4
 # 5 GiB) into the project environment, so the peers include Gloo.
 BENCH_GLOO      ?= 0
 
-.PHONY: demo test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives tools clean
+.PHONY: demo demo-run-api scala-example test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives tools clean
 
+# The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
+	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.TabularDemo $(EXAMPLES_JAR) 200000 2
+
+# The Run API's own demo: data-parallel linear regression written by hand.
+demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test
+test: tools lint cargo-test java-test integration-test scala-example
 
 ## Tools ---------------------------------------------------------------------
 
@@ -92,6 +97,11 @@ integration-test: jar
 	rm -rf build/test-results/integrationTest
 	$(GRADLE) integrationTest -PsparkHome=$(SPARK_HOME) --continue || true
 	python3 scripts/junit_summary.py build/test-results/integrationTest
+
+# The Scala user's path: spark-shell with the jar runs a script that fits and
+# transforms; the script exits non-zero when the model misses its threshold.
+scala-example: jar
+	$(VENV)/bin/spark-shell $(SPARK_ARGS) -i examples/scala/fit.scala < /dev/null
 
 ## Benchmarks ----------------------------------------------------------------
 

@@ -1,0 +1,191 @@
+package horovod.rs.spark.ml;
+
+import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertThrows;
+import static org.junit.Assert.assertTrue;
+import static org.apache.spark.sql.functions.col;
+
+import horovod.rs.spark.HorovodJobFailedException;
+import horovod.rs.spark.LocalCluster;
+import java.io.File;
+import java.nio.file.Files;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.ml.Pipeline;
+import org.apache.spark.ml.PipelineModel;
+import org.apache.spark.ml.PipelineStage;
+import org.apache.spark.ml.feature.VectorAssembler;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.junit.AfterClass;
+import org.junit.BeforeClass;
+import org.junit.Rule;
+import org.junit.Test;
+import org.junit.rules.TemporaryFolder;
+
+/**
+ * HorovodEstimator on a real cluster: two executor JVMs, two ranks, data in DataFrames.
+ * One cluster for the suite; each test fits small models for a few seconds.
+ */
+public class HorovodEstimatorIT {
+    private static SparkSession spark;
+    /** y = 3 x1 - 2 x2 + effect[cat] + noise(0.05); 20% of rows flagged for validation. */
+    private static Dataset<Row> regression;
+
+    @Rule
+    public TemporaryFolder dir = new TemporaryFolder();
+
+    @BeforeClass
+    public static void startCluster() {
+        spark = LocalCluster.start("HorovodEstimatorIT");
+        regression = spark.range(0, 4000).repartition(3)
+                .selectExpr("rand(1) * 2 - 1 AS x1", "randn(2) AS x2", "CAST(floor(rand(3) * 5) AS INT) AS cat",
+                        "randn(4) AS noise", "rand(5) < 0.2 AS isVal")
+                .selectExpr("x1", "x2", "cat", "isVal",
+                        "3 * x1 - 2 * x2 + element_at(array(0.5, -1.0, 2.0, 0.0, 1.5), cat + 1) + 0.05 * noise AS y")
+                .cache();
+        regression.count();
+    }
+
+    @AfterClass
+    public static void stopCluster() {
+        if (spark != null) {
+            spark.stop();
+        }
+    }
+
+    static ModelSpec regressionModel() {
+        return ModelSpec.builder()
+                .floatInput("num", "x1", "x2")
+                .categoricalInput("cat", 5)
+                .embedding("cat_emb", "cat", 3)
+                .concatenate("all", "num", "cat_emb")
+                .dense("hidden", "all", 32, "relu")
+                .dense("y_hat", "hidden", 1, "linear")
+                .output("y_hat")
+                .build();
+    }
+
+    static HorovodEstimator regressionEstimator() {
+        return new HorovodEstimator().setModelSpec(regressionModel()).setLabelCols(new String[] {"y"})
+                .setNumProc(2).setLoss("mse").setMetrics(new String[] {"mae"}).setOptimizer("adam")
+                .setLearningRate(0.01).setBatchSize(64).setEpochs(15).setValidation("isVal").setSeed(7);
+    }
+
+    @Test
+    public void regressionReachesItsThresholdAndPredicts() {
+        HorovodModel model = regressionEstimator().fit(regression);
+
+        List<Map<String, Double>> history = model.getHistory();
+        assertEquals(15, history.size());
+        double valMse = history.get(history.size() - 1).get("val_loss");
+        assertTrue("validation mse " + valMse + " should be below 0.05 (noise variance 0.0025)", valMse < 0.05);
+        assertTrue("first epoch's loss " + history.get(0).get("loss") + " should be above the last's " + valMse,
+                history.get(0).get("loss") > valMse);
+
+        Dataset<Row> predicted = model.transform(regression.filter("isVal"));
+        double mse = predicted.selectExpr("avg((prediction - y) * (prediction - y))").first().getDouble(0);
+        assertTrue("transform's mse " + mse + " on validation rows should be below 0.05", mse < 0.05);
+        assertEquals(regression.filter("isVal").count(), predicted.count());
+    }
+
+    @Test
+    public void classificationReachesItsAccuracy() {
+        Dataset<Row> blobs = spark.range(0, 3000).repartition(2)
+                .selectExpr("CAST(id % 2 AS DOUBLE) AS label", "randn(11) AS a", "randn(12) AS b")
+                .selectExpr("label", "a + 2.5 * (label * 2 - 1) AS f1", "b - 1.5 * (label * 2 - 1) AS f2");
+        ModelSpec spec = ModelSpec.builder()
+                .floatInput("f", "f1", "f2")
+                .dense("hidden", "f", 8, "tanh")
+                .dense("p", "hidden", 1, "sigmoid")
+                .output("p")
+                .build();
+        HorovodModel model = new HorovodEstimator().setModelSpec(spec).setLabelCols(new String[] {"label"})
+                .setNumProc(2).setLoss("binary_crossentropy").setMetrics(new String[] {"accuracy"})
+                .setOptimizer("sgd").setLearningRate(0.1).setMomentum(0.9).setBatchSize(32).setEpochs(5)
+                .setValidation(0.25).setSeed(3).fit(blobs);
+
+        double valAccuracy = model.getHistory().get(4).get("val_accuracy");
+        assertTrue("validation accuracy " + valAccuracy + " should reach 0.95", valAccuracy >= 0.95);
+        double accuracy = model.transform(blobs)
+                .selectExpr("avg(CAST((prediction > 0.5) = (label > 0.5) AS DOUBLE))")
+                .first().getDouble(0);
+        assertTrue("transform's accuracy " + accuracy + " should reach 0.95", accuracy >= 0.95);
+    }
+
+    @Test
+    public void pipelineSaveLoadGivesIdenticalPredictions() throws Exception {
+        VectorAssembler assembler = new VectorAssembler().setInputCols(new String[] {"x1", "x2"}).setOutputCol("xv");
+        ModelSpec spec = ModelSpec.builder()
+                .floatInput("xv", "xv")
+                .dense("hidden", "xv", 16, "relu")
+                .dense("y_hat", "hidden", 1, "linear")
+                .output("y_hat")
+                .build();
+        HorovodEstimator estimator = new HorovodEstimator().setModelSpec(spec).setLabelCols(new String[] {"y"})
+                .setNumProc(2).setEpochs(2).setBatchSize(128).setOutputCols(new String[] {"yHat"});
+        Pipeline pipeline = new Pipeline().setStages(new PipelineStage[] {assembler, estimator});
+        PipelineModel fitted = pipeline.fit(regression);
+
+        String path = new File(dir.getRoot(), "pipeline").getAbsolutePath();
+        fitted.write().overwrite().save(path);
+        PipelineModel loaded = PipelineModel.load(path);
+
+        double[] before = predictions(fitted.transform(regression));
+        double[] after = predictions(loaded.transform(regression));
+        assertArrayEquals(before, after, 0.0);
+        assertTrue(((HorovodModel) loaded.stages()[1]).getHistory().size() == 2);
+
+        // The unfitted pipeline round-trips too.
+        String unfitted = new File(dir.getRoot(), "unfitted").getAbsolutePath();
+        pipeline.write().overwrite().save(unfitted);
+        HorovodEstimator reloaded = (HorovodEstimator) Pipeline.load(unfitted).getStages()[1];
+        assertEquals(estimator.getModelSpec(), reloaded.getModelSpec());
+        assertEquals(2, reloaded.getEpochs());
+    }
+
+    private static double[] predictions(Dataset<Row> df) {
+        return df.orderBy("x1", "x2").select(col("yHat")).collectAsList().stream()
+                .mapToDouble(r -> r.getDouble(0)).toArray();
+    }
+
+    @Test
+    public void missingColumnIsNamedBeforeAnyJob() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> regressionEstimator().setLabelCols(new String[] {"target"}).fit(regression));
+        assertTrue(e.getMessage(), e.getMessage().contains("label column 'target' is not in the DataFrame"));
+        assertTrue(e.getMessage(), e.getMessage().contains("x1"));
+    }
+
+    @Test
+    public void nullLabelsAreNamedOrDroppedOnRequest() {
+        Dataset<Row> withNulls = regression.selectExpr("x1", "x2", "cat", "isVal",
+                "CASE WHEN x1 > 0.9 THEN NULL ELSE y END AS y");
+        long nulls = withNulls.filter("y IS NULL").count();
+        HorovodJobFailedException e = assertThrows(HorovodJobFailedException.class,
+                () -> regressionEstimator().setEpochs(1).fit(withNulls));
+        assertTrue(e.getMessage(), e.getMessage().contains("'y'"));
+        assertTrue(e.getMessage(), e.getMessage().contains("null"));
+
+        HorovodModel model = regressionEstimator().setEpochs(1).setDropInvalidRows(true).fit(withNulls);
+        assertEquals(1, model.getHistory().size());
+        assertTrue(nulls > 0);
+    }
+
+    @Test
+    public void secondFitWithTheSameRunIdResumes() throws Exception {
+        String store = dir.newFolder("store").getAbsolutePath();
+        HorovodModel first = regressionEstimator().setEpochs(2).setStore(store).setRunId("resume").fit(regression);
+        assertTrue(new File(store, "runs/resume/checkpoint.bin").isFile());
+        assertTrue(new File(store, "runs/resume/model.bin").isFile());
+
+        HorovodModel resumed = regressionEstimator().setEpochs(4).setStore(store).setRunId("resume").fit(regression);
+        List<Map<String, Double>> history = resumed.getHistory();
+        assertEquals("the resumed run trains epochs 3 and 4 only", 4, history.size());
+        assertEquals(first.getHistory().get(1).get("loss"), history.get(1).get("loss"));
+        String written = Files.readString(new File(store, "runs/resume/history.json").toPath());
+        assertTrue(written, written.length() > 2);
+    }
+}
