@@ -56,7 +56,8 @@ public final class TabularDemo {
             System.out.printf("horovod-rs demo: held-out exp_rmspe %.4f on %d rows%n", rmspe, test.count());
             System.out.println("horovod-rs demo: predicted vs true sales:");
             for (Row row : test.selectExpr("store", "weekday", "promo", "round(exp(prediction), 1) AS predicted",
-                    "round(exp(log_sales), 1) AS actual").limit(5).collectAsList()) {
+                    "round(exp(log_sales), 1) AS actual").orderBy(org.apache.spark.sql.functions.rand(3)).limit(5)
+                    .collectAsList()) {
                 System.out.printf("  store %3d  weekday %d  promo %d   predicted %8.1f   actual %8.1f%n",
                         row.getInt(0), row.getInt(1), row.getInt(2), row.getDouble(3), row.getDouble(4));
             }
