@@ -24,7 +24,7 @@ BENCH_RANKS     := 2 3 4
 # 5 GiB) into the project environment, so the peers include Gloo.
 BENCH_GLOO      ?= 0
 
-.PHONY: demo demo-run-api scala-example test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives tools clean
+.PHONY: demo demo-run-api scala-example test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest tools clean
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -108,6 +108,16 @@ scala-example: jar
 	@grep "scala example:" build/scala-example.log || { tail -40 build/scala-example.log; exit 1; }
 
 ## Benchmarks ----------------------------------------------------------------
+
+# A Rossmann-like DataFrame (18 categorical + 18 continuous columns) into the
+# trainer's tensors on every rank: Arrow straight from the executors versus a
+# Parquet round trip, then the Rossmann model's training speed; one CSV.
+INGEST_ROWS ?= 1000000
+bench-ingest: tools jar-release
+	cd native/bench-ingest && cargo build --release
+	$(SPARK_SUBMIT) $(SPARK_ARGS) --driver-memory 2g --class horovod.rs.examples.IngestBenchmark $(EXAMPLES_JAR) \
+	  $(INGEST_ROWS) 2 native/bench-ingest/target/release/horovod-bench-ingest examples/rossmann/rossmann-model.json \
+	  | tee build/bench-ingest.csv
 
 bench-launch: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)

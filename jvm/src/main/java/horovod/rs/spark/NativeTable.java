@@ -1,5 +1,6 @@
 package horovod.rs.spark;
 
+import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.arrow.memory.BufferAllocator;
@@ -98,6 +99,9 @@ public final class NativeTable extends NativeHandle {
         private final long[][] invalid; // [column][status]
         private final BufferAllocator allocator = new RootAllocator();
         private final List<Float4Vector> vectors = new ArrayList<>();
+        /** The batch being filled, per column: plain arrays (what the JIT makes fast), copied into
+         * the Arrow vectors in bulk at each flush. */
+        private float[][] batch;
         private long table;
         private int batchRows;
         private long rows;
@@ -131,11 +135,10 @@ public final class NativeTable extends NativeHandle {
             }
             for (int c = 0; c < readers.length; c++) {
                 int width = readers[c].width;
-                long offset = (long) batchRows * width * Float.BYTES;
-                var data = vectors.get(c).getDataBuffer();
-                float[] values = readers[c].values;
-                for (int i = 0; i < width; i++) {
-                    data.setFloat(offset + (long) i * Float.BYTES, values[i]);
+                if (width == 1) {
+                    batch[c][batchRows] = readers[c].values[0];
+                } else {
+                    System.arraycopy(readers[c].values, 0, batch[c], batchRows * width, width);
                 }
             }
             if (++batchRows == BATCH_ROWS) {
@@ -156,12 +159,14 @@ public final class NativeTable extends NativeHandle {
         private void start() {
             StringBuilder names = new StringBuilder();
             int[] widths = new int[readers.length];
+            batch = new float[readers.length][];
             for (int c = 0; c < readers.length; c++) {
                 names.append(c == 0 ? "" : "\n").append(readers[c].name);
                 widths[c] = readers[c].width;
                 Float4Vector vector = new Float4Vector(readers[c].name, allocator);
                 vector.allocateNew(BATCH_ROWS * Math.max(widths[c], 1));
                 vectors.add(vector);
+                batch[c] = new float[BATCH_ROWS * Math.max(widths[c], 1)];
             }
             table = HorovodNative.tableCreate(names.toString(), widths);
         }
@@ -174,6 +179,8 @@ public final class NativeTable extends NativeHandle {
             for (int c = 0; c < addresses.length; c++) {
                 Float4Vector vector = vectors.get(c);
                 int values = batchRows * readers[c].width;
+                vector.getDataBuffer().nioBuffer(0, values * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN)
+                        .asFloatBuffer().put(batch[c], 0, values);
                 // Dense data: mark every value valid, as Arrow readers expect.
                 vector.getValidityBuffer().setOne(0L, (long) ((values + 7) / 8));
                 vector.setValueCount(values);

@@ -62,8 +62,8 @@ final class FitJob {
             progress.say("resuming run " + runId + " from its checkpoint in " + store.runPath(runId));
         }
 
-        Dataset<Row> selected = dataset.select(columns.stream().map(Column::new).toArray(Column[]::new))
-                .repartition(numProc);
+        Dataset<Row> selected = onePartitionPerRank(
+                dataset.select(columns.stream().map(Column::new).toArray(Column[]::new)), numProc);
         StructType selectedSchema = selected.schema();
         RDD<InternalRow> rows = ((org.apache.spark.sql.classic.Dataset<Row>) selected).queryExecution().toRdd();
         HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
@@ -95,6 +95,16 @@ final class FitJob {
         model.setOutputCols(Schemas.outputColumns(estimator, info).toArray(String[]::new));
         model.setModelSpec(spec);
         return model;
+    }
+
+    /**
+     * One partition per rank: a DataFrame that already has as many partitions as ranks is used as
+     * it is (no shuffle); any other is repartitioned. Merging partitions instead (coalesce) would
+     * save the shuffle, but Spark's barrier stages refuse RDD chains that change the number of
+     * partitions without one.
+     */
+    static Dataset<Row> onePartitionPerRank(Dataset<Row> data, int numProc) {
+        return data.rdd().getNumPartitions() == numProc ? data : data.repartition(numProc);
     }
 
     private List<String> labelColumns(ModelSpecInfo info, StructType schema) {

@@ -1,0 +1,192 @@
+package horovod.rs.examples;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import horovod.rs.spark.HorovodRunOptions;
+import horovod.rs.spark.HorovodRunner;
+import horovod.rs.spark.NativeTable;
+import horovod.rs.spark.ml.HorovodEstimator;
+import horovod.rs.spark.ml.HorovodModel;
+import horovod.rs.spark.ml.ModelSpec;
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+
+/**
+ * {@code make bench-ingest}: how fast a DataFrame reaches the trainer's tensors on every rank.
+ *
+ * <ul>
+ * The DataFrame is cached with one partition per rank, so neither path pays for a shuffle and the
+ * figures compare the data paths alone:
+ * <ul>
+ *   <li>{@code arrow-direct}: what {@code HorovodEstimator.fit} does: each rank's rows go into
+ *       Arrow batches and are copied into its native table.
+ *   <li>{@code parquet-roundtrip}: what Horovod's estimators do: {@code prepare_data} writes the
+ *       DataFrame as Parquet, then each rank reads its files into
+ *       tensors, as Petastorm's reader does (here a native reader built on arrow-rs, one process
+ *       per rank, reading into the same f32 table).
+ *   <li>{@code train}: samples/s of the Rossmann model (examples/rossmann) fitted by the
+ *       estimator on the same data, for a fixed number of steps.
+ * </ul>
+ *
+ * Arguments: rows, ranks, the Parquet reader binary, the Rossmann model spec file.
+ * Prints CSV {@code path,rows,columns,seconds,rows_per_s}.
+ */
+public final class IngestBenchmark {
+    private static final int CATEGORICAL = 18;
+    private static final int CONTINUOUS = 18;
+
+    private IngestBenchmark() {}
+
+    public static void main(String[] args) throws Exception {
+        long rows = Long.parseLong(args[0]);
+        int ranks = Integer.parseInt(args[1]);
+        String parquetReader = args[2];
+        String rossmannSpec = Files.readString(Path.of(args[3]));
+        SparkSession spark = SparkSession.builder().appName("horovod-rs ingest benchmark").getOrCreate();
+        try {
+            Dataset<Row> data = rossmannLike(spark, rossmannSpec, rows).repartition(ranks).cache();
+            data.count();
+            List<String> columns = Arrays.asList(data.columns());
+            List<String> out = new ArrayList<>();
+            out.add("path,rows,columns,seconds,rows_per_s");
+            // A first, untimed pass warms the JIT and the executors' native library.
+            arrowDirect(data.limit(10_000), ranks, columns);
+            out.add(scanOnly(data, ranks, columns));
+            out.add(arrowDirect(data, ranks, columns));
+            out.add(parquetRoundtrip(data, ranks, parquetReader));
+            out.add(train(data, ranks, rossmannSpec));
+            out.forEach(System.out::println);
+        } finally {
+            spark.stop();
+        }
+    }
+
+    /** 18 categorical int columns (the Rossmann vocabularies), 18 continuous doubles, a label. */
+    static Dataset<Row> rossmannLike(SparkSession spark, String spec, long rows) throws IOException {
+        JsonNode inputs = new ObjectMapper().readTree(spec).get("inputs");
+        List<String> expressions = new ArrayList<>();
+        int seed = 1;
+        for (JsonNode input : inputs) {
+            if (input.get("type").asText().equals("categorical")) {
+                expressions.add("CAST(floor(rand(" + seed++ + ") * " + input.get("vocabulary").asInt() + ") AS INT) AS "
+                        + input.get("columns").get(0).asText());
+            } else {
+                for (JsonNode column : input.get("columns")) {
+                    expressions.add("randn(" + seed++ + ") AS " + column.asText());
+                }
+            }
+        }
+        expressions.add("8 + rand(" + seed + ") AS Sales");
+        if (expressions.size() != CATEGORICAL + CONTINUOUS + 1) {
+            throw new IllegalStateException("the Rossmann spec should read 36 columns, got " + (expressions.size() - 1));
+        }
+        return spark.range(0, rows, 1, 8).selectExpr(expressions.toArray(String[]::new));
+    }
+
+    static String arrowDirect(Dataset<Row> data, int ranks, List<String> columns) {
+        long start = System.nanoTime();
+        Dataset<Row> partitioned = data;
+        var rdd = ((org.apache.spark.sql.classic.Dataset<Row>) partitioned).queryExecution().toRdd();
+        var schema = partitioned.schema();
+        List<Long> counts = HorovodRunner.runOnPartitions(rdd, (ctx, partition) -> {
+            try (NativeTable table = NativeTable.fromRows(partition, schema, columns, List.of("Sales"), false,
+                    Long.MAX_VALUE)) {
+                return table.rows();
+            }
+        }, HorovodRunOptions.fromConf(data.sparkSession().sparkContext().getConf()), "horovod-rs: ingest benchmark");
+        return line("arrow-direct", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
+    }
+
+    /** The floor under arrow-direct: the same barrier stage reading every value, keeping none. */
+    static String scanOnly(Dataset<Row> data, int ranks, List<String> columns) {
+        long start = System.nanoTime();
+        var rdd = ((org.apache.spark.sql.classic.Dataset<Row>) data).queryExecution().toRdd();
+        int width = columns.size();
+        List<Long> counts = HorovodRunner.runOnPartitions(rdd, (ctx, partition) -> {
+            long n = 0;
+            double sum = 0;
+            while (partition.hasNext()) {
+                var row = partition.next();
+                for (int c = 0; c < width; c++) {
+                    sum += row.isNullAt(c) ? 0 : 1;
+                }
+                n++;
+            }
+            return sum >= 0 ? n : -n;
+        }, HorovodRunOptions.fromConf(data.sparkSession().sparkContext().getConf()), "horovod-rs: scan benchmark");
+        return line("spark-scan", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
+    }
+
+    static String parquetRoundtrip(Dataset<Row> data, int ranks, String reader) throws Exception {
+        Path dir = Files.createTempDirectory("horovod-rs-bench-parquet");
+        long start = System.nanoTime();
+        data.write().mode("overwrite").parquet(dir.resolve("train").toString());
+        List<String> files;
+        try (Stream<Path> listing = Files.list(dir.resolve("train"))) {
+            files = listing.map(Path::toString).filter(f -> f.endsWith(".parquet")).sorted().collect(Collectors.toList());
+        }
+        List<Process> readers = new ArrayList<>();
+        for (int rank = 0; rank < ranks; rank++) {
+            List<String> command = new ArrayList<>(List.of(reader));
+            for (int f = rank; f < files.size(); f += ranks) {
+                command.add(files.get(f));
+            }
+            readers.add(new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.INHERIT).start());
+        }
+        long total = 0;
+        for (Process process : readers) {
+            try (BufferedReader out = new BufferedReader(
+                    new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8))) {
+                total += Long.parseLong(out.readLine().split(",")[0]);
+            }
+            if (process.waitFor() != 0) {
+                throw new IllegalStateException("the Parquet reader failed");
+            }
+        }
+        String line = line("parquet-roundtrip", total, data.columns().length, start);
+        deleteRecursively(dir.toFile());
+        return line;
+    }
+
+    static String train(Dataset<Row> data, int ranks, String spec) {
+        HorovodModel model = new HorovodEstimator().setModelSpec(ModelSpec.fromJson(spec))
+                .setLabelCols(new String[] {"Sales"}).setNumProc(ranks).setLoss("mae")
+                .setOptimizer("adam").setLearningRate(1e-4).setEpsilon(1e-3)
+                .setBatchSize(256).setEpochs(1).setTrainStepsPerEpoch(20).setVerbose(0)
+                .fit(data.limit(100_000));
+        var epoch = model.getHistory().get(0);
+        double samples = 20.0 * 256 * ranks;
+        double seconds = samples / epoch.get("samples_per_second");
+        return String.format(Locale.ROOT, "train,%.0f,%d,%.3f,%.0f", samples, data.columns().length - 1, seconds,
+                epoch.get("samples_per_second"));
+    }
+
+    private static String line(String path, long rows, int columns, long startNanos) {
+        double seconds = (System.nanoTime() - startNanos) / 1e9;
+        return String.format(Locale.ROOT, "%s,%d,%d,%.3f,%.0f", path, rows, columns, seconds, rows / seconds);
+    }
+
+    private static void deleteRecursively(File file) {
+        File[] children = file.listFiles();
+        if (children != null) {
+            for (File child : children) {
+                deleteRecursively(child);
+            }
+        }
+        file.delete();
+    }
+}
