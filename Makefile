@@ -24,7 +24,7 @@ BENCH_RANKS     := 2 3 4
 # 5 GiB) into the project environment, so the peers include Gloo.
 BENCH_GLOO      ?= 0
 
-.PHONY: demo demo-run-api scala-example test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest tools clean
+.PHONY: demo demo-run-api scala-example pyspark-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest tools clean
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -34,7 +34,7 @@ demo: tools jar-release
 demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test scala-example
+test: tools lint cargo-test java-test integration-test scala-example pyspark-test
 
 ## Tools ---------------------------------------------------------------------
 
@@ -106,6 +106,15 @@ scala-example: jar
 	$(VENV)/bin/spark-shell $(SPARK_ARGS) < examples/scala/fit.scala > build/scala-example.log 2>&1 \
 	  || { tail -40 build/scala-example.log; exit 1; }
 	@grep "scala example:" build/scala-example.log || { tail -40 build/scala-example.log; exit 1; }
+
+# The PySpark user's path: horovod_rs.spark.ml wraps the JVM estimator.
+pyspark-test: jar $(VENV)/.pytest
+	HOROVOD_RS_JAR=$(abspath $(JAR)) PYTHONPATH=python $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
+
+$(VENV)/.pytest:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q pytest numpy
+	touch $@
 
 ## Benchmarks ----------------------------------------------------------------
 

@@ -1,0 +1,57 @@
+"""The PySpark user's path: HorovodEstimator from Python on a real local-cluster."""
+
+import json
+import os
+
+import pytest
+from pyspark.sql import SparkSession
+
+from horovod_rs.spark.ml import HorovodEstimator
+
+SPEC = {
+    "inputs": [{"name": "x", "type": "float", "columns": ["x1", "x2"]}],
+    "layers": [
+        {"name": "h", "type": "dense", "input": "x", "units": 16, "activation": "relu"},
+        {"name": "y_hat", "type": "dense", "input": "h", "units": 1},
+    ],
+    "outputs": ["y_hat"],
+}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .config("spark.jars", os.environ["HOROVOD_RS_JAR"])
+        .config("spark.plugins", "horovod.rs.spark.HorovodPlugin")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def data(spark):
+    return spark.range(0, 3000).selectExpr("rand(1) * 2 - 1 AS x1", "rand(2) * 2 - 1 AS x2").selectExpr(
+        "x1", "x2", "2 * x1 - 3 * x2 + 0.5 AS y"
+    )
+
+
+def test_fit_and_transform_from_python(spark):
+    df = data(spark)
+    model = HorovodEstimator(
+        modelSpec=SPEC, labelCols=["y"], numProc=2, loss="mse", learningRate=0.01,
+        batchSize=64, epochs=8, validation=0.2, seed=1, verbose=0,
+    ).fit(df)
+    history = model.getHistory()
+    assert len(history) == 8
+    assert history[-1]["val_loss"] < 0.05, history[-1]
+    mse = model.transform(df).selectExpr("avg(pow(prediction - y, 2))").first()[0]
+    assert mse < 0.05
+
+
+def test_bad_params_and_columns_are_named(spark):
+    with pytest.raises(TypeError, match="unknown HorovodEstimator params: \\['epoch'\\]"):
+        HorovodEstimator(modelSpec=json.dumps(SPEC), epoch=3)
+    with pytest.raises(Exception, match="label column 'target' is not in the DataFrame"):
+        HorovodEstimator(modelSpec=SPEC, labelCols=["target"], numProc=2).fit(data(spark))

@@ -1,0 +1,1 @@
+"""horovod-rs for PySpark users: the Spark ML estimator of horovod-rs.jar, from Python."""

@@ -1,0 +1,1 @@
+"""Spark integration of horovod-rs."""
