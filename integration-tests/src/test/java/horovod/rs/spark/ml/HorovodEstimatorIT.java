@@ -15,7 +15,13 @@ import java.util.Map;
 import org.apache.spark.ml.Pipeline;
 import org.apache.spark.ml.PipelineModel;
 import org.apache.spark.ml.PipelineStage;
+import java.util.Arrays;
+import org.apache.spark.ml.evaluation.RegressionEvaluator;
 import org.apache.spark.ml.feature.VectorAssembler;
+import org.apache.spark.ml.param.ParamMap;
+import org.apache.spark.ml.tuning.CrossValidator;
+import org.apache.spark.ml.tuning.CrossValidatorModel;
+import org.apache.spark.ml.tuning.ParamGridBuilder;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
@@ -149,6 +155,22 @@ public class HorovodEstimatorIT {
     private static double[] predictions(Dataset<Row> df) {
         return df.orderBy("x1", "x2").select(col("yHat")).collectAsList().stream()
                 .mapToDouble(r -> r.getDouble(0)).toArray();
+    }
+
+    @Test
+    public void crossValidatorPicksALearningRate() {
+        HorovodEstimator estimator = regressionEstimator().setEpochs(3).setValidation("").setVerbose(0);
+        ParamMap[] grid = new ParamGridBuilder()
+                .addGrid(estimator.learningRate(), new double[] {1e-6, 0.01})
+                .build();
+        CrossValidatorModel cv = new CrossValidator().setEstimator(estimator).setEstimatorParamMaps(grid)
+                .setEvaluator(new RegressionEvaluator().setLabelCol("y").setPredictionCol("prediction")
+                        .setMetricName("rmse"))
+                .setNumFolds(2).setSeed(1).fit(regression);
+        double[] rmse = cv.avgMetrics();
+        assertTrue("a learning rate of 0.01 should beat 1e-6: " + Arrays.toString(rmse), rmse[1] < rmse[0]);
+        HorovodModel best = (HorovodModel) cv.bestModel();
+        assertEquals(0.01, ((HorovodEstimator) best.parent()).getLearningRate(), 0.0);
     }
 
     @Test

@@ -122,7 +122,7 @@ final class FitJob {
     }
 
     /** Every rank must end with the same weights; anything else is a bug worth failing for. */
-    private static FitResult checkIdentical(List<FitResult> results) {
+    static FitResult checkIdentical(List<FitResult> results) {
         FitResult first = results.get(0);
         for (FitResult result : results) {
             if (!result.weightsDigest().equals(first.weightsDigest())) {

@@ -36,6 +36,15 @@ public class FitJobTest {
     }
 
     @Test
+    public void ranksWithDifferentWeightsFailTheFit() {
+        FitResult first = new FitResult(0, 10, 0, "aa", new byte[] {1}, "[]");
+        assertEquals(first, FitJob.checkIdentical(java.util.List.of(first, new FitResult(1, 9, 0, "aa", null, null))));
+        horovod.rs.spark.HorovodException e = assertThrows(horovod.rs.spark.HorovodException.class,
+                () -> FitJob.checkIdentical(java.util.List.of(first, new FitResult(1, 9, 0, "bb", null, null))));
+        assertEquals("rank 1 ended with weights different from rank 0's (bb vs aa)", e.getMessage());
+    }
+
+    @Test
     public void progressLinesShowEpochSpeedAndMetrics() throws Exception {
         String line = Progress.formatEpoch(new ObjectMapper().readTree("{\"epoch\": 2, \"samples_per_second\": 12345.6,"
                 + " \"train\": {\"loss\": 0.5, \"mae\": 0.25}, \"val\": {\"loss\": 0.75}, \"best\": true}"));
