@@ -87,64 +87,61 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_trainerRunEpoch<'call
         .resolve::<ThrowHorovodException>()
 }
 
+/// The body of the exports that read something off a trainer.
+fn read_trainer<'caller, T: Default>(
+    mut unowned_env: EnvUnowned<'caller>,
+    trainer: jlong,
+    read: impl FnOnce(&mut Env<'caller>, &Trainer) -> Result<T, JniError>,
+) -> T {
+    unowned_env
+        .with_env(|env| -> Result<T, JniError> {
+            // SAFETY: Java passes a live trainer handle and serialises calls on it.
+            let rank = unsafe { borrow_mut::<RankTrainer>(trainer, TRAINER)? };
+            read(env, &rank.trainer)
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_trainerDone<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     trainer: jlong,
 ) -> jboolean {
-    unowned_env
-        .with_env(|_env| -> Result<jboolean, JniError> {
-            // SAFETY: Java passes a live trainer handle and serialises calls on it.
-            let rank = unsafe { borrow_mut::<RankTrainer>(trainer, TRAINER)? };
-            Ok(rank.trainer.done())
-        })
-        .resolve::<ThrowHorovodException>()
+    read_trainer(unowned_env, trainer, |_env, t| Ok(t.done()))
 }
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_trainerCheckpoint<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     trainer: jlong,
 ) -> JByteArray<'caller> {
-    unowned_env
-        .with_env(|env| -> Result<JByteArray<'caller>, JniError> {
-            // SAFETY: Java passes a live trainer handle and serialises calls on it.
-            let rank = unsafe { borrow_mut::<RankTrainer>(trainer, TRAINER)? };
-            Ok(env.byte_array_from_slice(&rank.trainer.checkpoint())?)
-        })
-        .resolve::<ThrowHorovodException>()
+    read_trainer(unowned_env, trainer, |env, t| {
+        Ok(env.byte_array_from_slice(&t.checkpoint())?)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_trainerModel<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     trainer: jlong,
 ) -> JByteArray<'caller> {
-    unowned_env
-        .with_env(|env| -> Result<JByteArray<'caller>, JniError> {
-            // SAFETY: Java passes a live trainer handle and serialises calls on it.
-            let rank = unsafe { borrow_mut::<RankTrainer>(trainer, TRAINER)? };
-            Ok(env.byte_array_from_slice(&rank.trainer.model_bytes())?)
-        })
-        .resolve::<ThrowHorovodException>()
+    read_trainer(unowned_env, trainer, |env, t| {
+        Ok(env.byte_array_from_slice(&t.model_bytes())?)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_trainerHistory<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
+    unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     trainer: jlong,
 ) -> JString<'caller> {
-    unowned_env
-        .with_env(|env| -> Result<JString<'caller>, JniError> {
-            // SAFETY: Java passes a live trainer handle and serialises calls on it.
-            let rank = unsafe { borrow_mut::<RankTrainer>(trainer, TRAINER)? };
-            Ok(JString::from_str(env, rank.trainer.history_json())?)
-        })
-        .resolve::<ThrowHorovodException>()
+    read_trainer(unowned_env, trainer, |env, t| {
+        Ok(JString::from_str(env, t.history_json())?)
+    })
 }
 
 #[unsafe(no_mangle)]
