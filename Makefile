@@ -24,7 +24,7 @@ BENCH_RANKS     := 2 3 4
 # 5 GiB) into the project environment, so the peers include Gloo.
 BENCH_GLOO      ?= 0
 
-.PHONY: demo demo-run-api scala-example pyspark-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest tools clean
+.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest tools clean
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -34,7 +34,7 @@ demo: tools jar-release
 demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test scala-example pyspark-test
+test: tools lint cargo-test java-test integration-test scala-example pyspark-test python-test
 
 ## Tools ---------------------------------------------------------------------
 
@@ -115,6 +115,22 @@ $(VENV)/.pytest:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q pytest numpy
 	touch $@
+
+# horovod_rs (python/): the PyO3 binding built by maturin, installed into the
+# project environment; rebuilt when its sources change.
+PY_SOURCES := $(shell find python native/python/src -name '*.py' -o -name '*.rs' 2>/dev/null) \
+              python/pyproject.toml native/python/Cargo.toml
+$(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
+	$(VENV)/bin/pip install -q maturin cloudpickle
+	$(VENV)/bin/pip install -q ./python
+	touch $@
+
+# Horovod's PyTorch API under the launcher with 2 and 3 processes, then the
+# launcher itself.
+python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.pytest
+	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+	$(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_launcher
 
 ## Benchmarks ----------------------------------------------------------------
 

@@ -1,0 +1,182 @@
+//! `horovod_rs._native`: the collective engine for Python.
+//!
+//! Thin: it converts between Python bytes and horovod-core requests and
+//! releases the GIL while it waits, so other Python threads (autograd hooks,
+//! data loaders) run meanwhile. Tensors cross as raw bytes plus dtype and
+//! shape; the Python side (horovod_rs.torch) makes them tensors again.
+
+use std::time::Duration;
+
+use horovod_core::{
+    connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener, Operation, ReduceOp,
+    RendezvousService, Request,
+};
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+fn py_err(error: horovod_core::Error) -> PyErr {
+    match error {
+        horovod_core::Error::Timeout { .. } => PyTimeoutError::new_err(error.to_string()),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+fn dtype(name: &str) -> PyResult<DataType> {
+    Ok(match name {
+        "uint8" => DataType::U8,
+        "int8" => DataType::I8,
+        "int32" => DataType::I32,
+        "int64" => DataType::I64,
+        "float16" => DataType::F16,
+        "bfloat16" => DataType::Bf16,
+        "float32" => DataType::F32,
+        "float64" => DataType::F64,
+        other => return Err(PyValueError::new_err(format!("horovod_rs cannot reduce tensors of type {other}"))),
+    })
+}
+
+fn reduce_op(name: &str) -> PyResult<ReduceOp> {
+    Ok(match name {
+        "sum" => ReduceOp::Sum,
+        "average" => ReduceOp::Average,
+        "min" => ReduceOp::Min,
+        "max" => ReduceOp::Max,
+        "product" => ReduceOp::Product,
+        other => return Err(PyValueError::new_err(format!("unknown reduce op {other}"))),
+    })
+}
+
+/// The launcher's rendezvous service: the ranks exchange their addresses through it.
+#[pyclass]
+struct Rendezvous {
+    service: Option<RendezvousService>,
+}
+
+#[pymethods]
+impl Rendezvous {
+    #[new]
+    fn new(secret: &[u8], size: usize) -> PyResult<Rendezvous> {
+        let service = RendezvousService::start("0.0.0.0:0", secret, size).map_err(py_err)?;
+        Ok(Rendezvous { service: Some(service) })
+    }
+
+    /// The port the service listens on.
+    fn port(&self) -> PyResult<u16> {
+        self.service.as_ref().map(|s| s.port()).ok_or_else(|| PyRuntimeError::new_err("rendezvous closed"))
+    }
+
+    fn close(&mut self) {
+        self.service = None;
+    }
+}
+
+/// A submitted collective: wait for its result.
+#[pyclass]
+struct Work {
+    handle: Option<Handle>,
+}
+
+#[pymethods]
+impl Work {
+    /// The result's bytes and shape, waiting at most `timeout_s` seconds.
+    fn wait<'py>(&mut self, py: Python<'py>, timeout_s: f64) -> PyResult<(Bound<'py, PyBytes>, Vec<usize>)> {
+        let mut handle = self.handle.take().ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
+        let output = py.allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s))).map_err(py_err)?;
+        Ok((PyBytes::new(py, &output.data), output.shape))
+    }
+
+    /// Whether the result is ready.
+    fn done(&self) -> bool {
+        self.handle.as_ref().map(|h| h.is_done()).unwrap_or(true)
+    }
+}
+
+/// This process's rank: its engine, connected to the other ranks.
+#[pyclass]
+struct Rank {
+    engine: Engine,
+}
+
+#[pymethods]
+impl Rank {
+    /// Joins the job: listen, exchange addresses through the rendezvous service, connect, start
+    /// the engine. Every rank must call it.
+    #[new]
+    #[pyo3(signature = (rank, size, service, secret, host, connect_timeout_s, io_timeout_s, engine_config))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        rank: usize,
+        size: usize,
+        service: String,
+        secret: Vec<u8>,
+        host: String,
+        connect_timeout_s: f64,
+        io_timeout_s: f64,
+        engine_config: String,
+    ) -> PyResult<Rank> {
+        py.allow_threads(move || {
+            let listener = Listener::bind("0.0.0.0:0")?;
+            let entry = format!("{host}:{}", listener.port());
+            let timeout = Duration::from_secs_f64(connect_timeout_s);
+            let entries = exchange_entries(&service, &secret, rank, size, 0, &entry, timeout)?;
+            let config = CommConfig {
+                connect_timeout: timeout,
+                io_timeout: Duration::from_secs_f64(io_timeout_s),
+                ..CommConfig::default()
+            };
+            let communicator = connect(listener, rank, &entries, &secret, &config)?;
+            let engine = Engine::start(communicator, EngineConfig::parse(&engine_config)?)?;
+            Ok(Rank { engine })
+        })
+        .map_err(py_err)
+    }
+
+    fn rank(&self) -> usize {
+        self.engine.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.engine.size()
+    }
+
+    /// Submits a named collective on `data` (`dtype` elements in `shape`); returns its handle.
+    /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter or barrier.
+    #[pyo3(signature = (kind, name, data, dtype_name, shape, op="sum", root=0, prescale=1.0, postscale=1.0, splits=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        kind: &str,
+        name: String,
+        data: &[u8],
+        dtype_name: &str,
+        shape: Vec<usize>,
+        op: &str,
+        root: usize,
+        prescale: f64,
+        postscale: f64,
+        splits: Option<Vec<usize>>,
+    ) -> PyResult<Work> {
+        let operation = match kind {
+            "allreduce" => Operation::Allreduce { op: reduce_op(op)?, prescale, postscale },
+            "broadcast" => Operation::Broadcast { root },
+            "allgather" => Operation::Allgather,
+            "alltoall" => Operation::Alltoall { splits: splits.unwrap_or_default() },
+            "reducescatter" => Operation::Reducescatter { op: reduce_op(op)? },
+            "barrier" => Operation::Barrier,
+            other => return Err(PyValueError::new_err(format!("unknown collective {other}"))),
+        };
+        let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data: data.to_vec() };
+        let handle = self.engine.submit(request).map_err(py_err)?;
+        Ok(Work { handle: Some(handle) })
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Rendezvous>()?;
+    m.add_class::<Rank>()?;
+    m.add_class::<Work>()?;
+    Ok(())
+}

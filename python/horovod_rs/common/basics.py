@@ -1,0 +1,107 @@
+"""init() and the job's shape, from the environment the launcher (horovodrs, or
+horovod_rs.spark.run) sets; without one, a job of one process, as in Horovod."""
+
+import os
+import secrets
+import threading
+
+from horovod_rs import _native
+
+# Seconds a collective may wait for the other ranks (Horovod's HOROVOD_GLOO_TIMEOUT_SECONDS is 30;
+# a training step can legitimately take longer on slow hosts).
+DEFAULT_TIMEOUT_S = float(os.environ.get("HOROVOD_RS_TIMEOUT_SECONDS", "600"))
+
+_lock = threading.Lock()
+_state = None
+
+
+class _State:
+    def __init__(self, rank, env):
+        self.rank = rank
+        self.local_rank = int(env.get("HOROVOD_LOCAL_RANK", rank.rank()))
+        self.local_size = int(env.get("HOROVOD_LOCAL_SIZE", rank.size()))
+        self.cross_rank = int(env.get("HOROVOD_CROSS_RANK", 0))
+        self.cross_size = int(env.get("HOROVOD_CROSS_SIZE", 1))
+        self.counter = 0
+
+
+def _engine_config(env):
+    lines = []
+    if "HOROVOD_FUSION_THRESHOLD" in env:
+        lines.append("fusion_threshold_bytes=" + env["HOROVOD_FUSION_THRESHOLD"])
+    if "HOROVOD_CYCLE_TIME" in env:  # milliseconds, as in Horovod
+        lines.append("cycle_time_ms=" + str(max(1, int(float(env["HOROVOD_CYCLE_TIME"])))))
+    return "\n".join(lines)
+
+
+def init():
+    """Joins the job: connects to every other rank. Every rank must call it."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return
+        env = os.environ
+        if "HOROVOD_RS_RENDEZVOUS" in env:
+            rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+            service = env["HOROVOD_RS_RENDEZVOUS"]
+            secret = bytes.fromhex(env["HOROVOD_RS_SECRET"])
+            host = env.get("HOROVOD_HOSTNAME", "127.0.0.1")
+            local = None
+        else:  # Started without a launcher: a job of one.
+            rank, size, secret, host = 0, 1, secrets.token_bytes(32), "127.0.0.1"
+            local = _native.Rendezvous(secret, 1)
+            service = "127.0.0.1:%d" % local.port()
+        connect_timeout = float(env.get("HOROVOD_RS_CONNECT_TIMEOUT_SECONDS", "120"))
+        native = _native.Rank(rank, size, service, secret, host, connect_timeout, DEFAULT_TIMEOUT_S,
+                              _engine_config(env))
+        if local is not None:
+            local.close()
+        _state = _State(native, env)
+
+
+def shutdown():
+    """Leaves the job; the other ranks' pending collectives fail instead of waiting."""
+    global _state
+    with _lock:
+        _state = None
+
+
+def is_initialized():
+    return _state is not None
+
+
+def state():
+    if _state is None:
+        raise ValueError("horovod_rs has not been initialized; call hvd.init() first")
+    return _state
+
+
+def size():
+    return state().rank.size()
+
+
+def rank():
+    return state().rank.rank()
+
+
+def local_size():
+    return state().local_size
+
+
+def local_rank():
+    return state().local_rank
+
+
+def cross_size():
+    return state().cross_size
+
+
+def cross_rank():
+    return state().cross_rank
+
+
+def next_name(kind):
+    """Horovod's automatic names: every rank calls unnamed collectives in the same order."""
+    s = state()
+    s.counter += 1
+    return "%s.noname.%d" % (kind, s.counter)

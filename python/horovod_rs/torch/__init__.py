@@ -1,0 +1,254 @@
+"""Horovod's PyTorch API on the horovod-rs engine: ``import horovod_rs.torch as hvd``.
+
+Names and semantics follow ``horovod.torch``. Every collective is a named submission to this
+rank's engine, which runs it once every rank has submitted the same name, in whatever order the
+ranks submit names (autograd hooks fire in different orders on different ranks). Unnamed calls
+get automatic names, so every rank must make them in the same order. CPU tensors only.
+"""
+
+import pickle
+
+import numpy as np
+import torch
+
+from horovod_rs.common import basics
+from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+from horovod_rs.torch.compression import Compression  # noqa: F401
+from horovod_rs.torch.optimizer import DistributedOptimizer  # noqa: F401
+
+Average = "average"
+Sum = "sum"
+Min = "min"
+Max = "max"
+Product = "product"
+
+_DTYPES = {
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+}
+
+_handles = {}
+_next_handle = [0]
+
+
+def _dtype_name(tensor):
+    try:
+        return _DTYPES[tensor.dtype]
+    except KeyError:
+        raise ValueError("horovod_rs cannot run collectives on tensors of type %s" % tensor.dtype) from None
+
+
+def _to_bytes(tensor):
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        raise ValueError("horovod_rs runs collectives on CPU tensors; this one is on %s" % t.device)
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: move its bits as int16
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def _from_bytes(data, dtype, shape):
+    carrier = torch.int16 if dtype == torch.bfloat16 else dtype
+    array = np.frombuffer(data, dtype=torch.empty(0, dtype=carrier).numpy().dtype).copy()
+    result = torch.from_numpy(array)
+    if dtype == torch.bfloat16:
+        result = result.view(torch.bfloat16)
+    return result.reshape(shape)
+
+
+def _submit(kind, tensor, name, output=None, **options):
+    name = name or basics.next_name(kind)
+    work = basics.state().rank.submit(kind, name, _to_bytes(tensor), _dtype_name(tensor), list(tensor.shape),
+                                      **options)
+    _next_handle[0] += 1
+    handle = _next_handle[0]
+    _handles[handle] = (work, tensor.dtype, output)
+    return handle
+
+
+def _op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("give op or average, not both")
+    if average is not None:
+        return Average if average else Sum
+    return op or Average
+
+
+def poll(handle):
+    """Whether the collective behind ``handle`` has finished."""
+    return _handles[handle][0].done()
+
+
+def synchronize(handle):
+    """Waits for ``handle`` and returns its result (written into the tensor for in-place calls)."""
+    if handle not in _handles:
+        raise ValueError("unknown or already synchronized handle %r" % handle)
+    work, dtype, output = _handles.pop(handle)
+    data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
+    result = _from_bytes(data, dtype, shape)
+    if output is not None:
+        with torch.no_grad():
+            output.copy_(result.reshape(output.shape))
+        return output
+    return result
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None):
+    return _submit("allreduce", tensor, name, op=_op(op, average), prescale=prescale_factor,
+                   postscale=postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None):
+    return _submit("allreduce", tensor, name, output=tensor, op=_op(op, average), prescale=prescale_factor,
+                   postscale=postscale_factor)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    compressed, ctx = compression.compress(tensor)
+    result = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor))
+    return compression.decompress(result, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=None):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None):
+    base = name or basics.next_name("grouped_allreduce")
+    return [allreduce_async(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor)
+            for i, t in enumerate(tensors)]
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=None):
+    base = name or basics.next_name("grouped_allreduce")
+    return [allreduce_async_(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor)
+            for i, t in enumerate(tensors)]
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    pairs = [compression.compress(t) for t in tensors]
+    handles = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor, postscale_factor)
+    return [compression.decompress(synchronize(h), ctx) for h, (_, ctx) in zip(handles, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None):
+    return [synchronize(h) for h in grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                             postscale_factor)]
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    return _submit("allgather", tensor, name)
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Every rank's tensor concatenated along the first dimension, which may differ per rank."""
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    return _submit("broadcast", tensor, name, root=root_rank)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    return _submit("broadcast", tensor, name, output=tensor, root=root_rank)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    n = size()
+    if splits is None:
+        if tensor.shape[0] % n:
+            raise ValueError("alltoall without splits needs a first dimension divisible by %d" % n)
+        splits = [tensor.shape[0] // n] * n
+    splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+    return _submit("alltoall", tensor, name, splits=splits)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Rank r's ``splits[i]`` rows go to rank i; returns the rows this rank received, by sender."""
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None):
+    return _submit("reducescatter", tensor, name, op=op)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None):
+    compressed, ctx = compression.compress(tensor)
+    return compression.decompress(synchronize(reducescatter_async(compressed, name, op)), ctx)
+
+
+def barrier(process_set=None):
+    synchronize(_submit("barrier", torch.zeros(0, dtype=torch.uint8), None))
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """``obj`` from ``root_rank`` on every rank (pickled)."""
+    name = name or basics.next_name("broadcast_object")
+    payload = torch.from_numpy(np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy())
+    length = broadcast(torch.tensor([payload.numel()], dtype=torch.int64), root_rank, name + ".length")
+    if rank() != root_rank:
+        payload = torch.zeros(int(length[0]), dtype=torch.uint8)
+    data = broadcast(payload, root_rank, name)
+    return pickle.loads(data.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's ``obj``, in rank order (pickled)."""
+    name = name or basics.next_name("allgather_object")
+    payload = torch.from_numpy(np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy())
+    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".lengths").tolist()
+    data = allgather(payload, name).numpy().tobytes()
+    objects, offset = [], 0
+    for n in lengths:
+        objects.append(pickle.loads(data[offset:offset + n]))
+        offset += n
+    return objects
+
+
+def broadcast_parameters(params, root_rank):
+    """Rank ``root_rank``'s values of ``params`` (a state dict or (name, tensor) pairs) everywhere."""
+    items = sorted(params.items()) if isinstance(params, dict) else list(params)
+    handles = [broadcast_async_(p, root_rank, name="broadcast_parameters." + n) for n, p in items
+               if torch.is_tensor(p)]
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Rank ``root_rank``'s optimizer state (moments, steps, learning rates) everywhere."""
+    state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)

@@ -1,0 +1,78 @@
+"""DistributedOptimizer: gradients averaged across ranks as backward produces them.
+
+As in Horovod, the returned optimizer is an instance of a subclass of the wrapped optimizer's
+class: each parameter's gradient hook submits a named asynchronous allreduce as soon as the
+gradient is accumulated (so communication overlaps the rest of backward), and ``step()`` waits for
+all of them before the wrapped optimizer's update.
+"""
+
+import torch
+
+from horovod_rs.torch.compression import Compression
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor):
+        super(self.__class__, self).__init__(params)
+        from horovod_rs import torch as hvd
+
+        self._hvd = hvd
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self.backward_passes_per_step = backward_passes_per_step
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = [n for n, _ in named]
+            if len(set(names)) != len(names):
+                raise ValueError("named_parameters has duplicate names")
+            self._names = {p: n for n, p in named}
+            missing = [p for p in all_params if p not in self._names]
+            if missing:
+                raise ValueError("named_parameters misses %d of the optimizer's parameters" % len(missing))
+        else:
+            self._names = {p: "allreduce.noname.param.%d" % i for i, p in enumerate(all_params)}
+        self._handles = {}
+        self._passes = {p: 0 for p in all_params}
+        for p in all_params:
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._hook)
+
+    def _hook(self, p):
+        self._passes[p] += 1
+        if self._passes[p] < self.backward_passes_per_step:
+            return
+        self._passes[p] = 0
+        grad = p.grad
+        if self.backward_passes_per_step > 1:
+            grad = grad / self.backward_passes_per_step
+        compressed, ctx = self._compression.compress(grad)
+        prescale, postscale = 1.0, 1.0
+        op = self._op
+        if self._predivide != 1.0 and op == self._hvd.Average:
+            prescale, postscale, op = 1.0 / self._predivide, self._predivide / self._hvd.size(), self._hvd.Sum
+        handle = self._hvd.allreduce_async(compressed, name="grad." + self._names[p], op=op,
+                                           prescale_factor=prescale, postscale_factor=postscale)
+        self._handles[p] = (handle, ctx)
+
+    def synchronize(self):
+        """Waits for every submitted gradient and writes the averages into ``p.grad``."""
+        for p, (handle, ctx) in list(self._handles.items()):
+            averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
+            with torch.no_grad():
+                p.grad.copy_(averaged.reshape(p.grad.shape))
+        self._handles.clear()
+
+    def step(self, closure=None):
+        self.synchronize()
+        return super(self.__class__, self).step(closure)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0):
+    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank."""
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor)

@@ -1,0 +1,136 @@
+"""horovod_rs.torch under the launcher: ``horovodrs -np N python -m pytest python/tests``.
+
+Every rank runs every test in the same order; each builds its inputs from its rank and checks
+the result against a reference computed from all ranks' inputs locally.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+import horovod_rs.torch as hvd
+
+hvd.init()
+N, R = hvd.size(), hvd.rank()
+
+DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+          torch.float64]
+OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
+
+
+def values(rank, dtype):
+    """Rank-dependent small values, so sums and products fit every dtype."""
+    return (torch.arange(6) % 3 + 1 + rank % 2).to(dtype)
+
+
+def reference(op, dtype):
+    inputs = torch.stack([values(r, torch.float64) for r in range(N)])
+    out = {hvd.Sum: inputs.sum(0), hvd.Min: inputs.min(0).values, hvd.Max: inputs.max(0).values,
+           hvd.Product: inputs.prod(0), hvd.Average: inputs.sum(0) / N}[op]
+    if op == hvd.Average and not dtype.is_floating_point:
+        out = torch.div(inputs.sum(0), N, rounding_mode="trunc")
+    return out
+
+
+@pytest.mark.parametrize("dtype,op", list(itertools.product(DTYPES, OPS)))
+def test_allreduce_every_op_and_dtype(dtype, op):
+    result = hvd.allreduce(values(R, dtype), op=op, name="ar.%s.%s" % (dtype, op))
+    assert result.dtype == dtype
+    tolerance = {torch.float16: 0.02, torch.bfloat16: 0.02, torch.float32: 1e-6}.get(dtype, 1e-12)
+    assert torch.allclose(result.to(torch.float64), reference(op, dtype), rtol=tolerance, atol=tolerance)
+
+
+def test_in_place_scaled_and_compressed_allreduce():
+    t = torch.full((4,), float(R + 1))
+    hvd.allreduce_(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    assert torch.equal(t, torch.full((4,), float(N * (N + 1) / 2)))
+    compressed = hvd.allreduce(torch.full((3,), 0.5 + R), compression=hvd.Compression.fp16, op=hvd.Average)
+    assert compressed.dtype == torch.float32
+    assert torch.allclose(compressed, torch.full((3,), 0.5 + (N - 1) / 2))
+
+
+def test_async_submissions_in_different_orders_on_each_rank():
+    names = ["order.%d" % i for i in range(20)]
+    order = names if R % 2 == 0 else list(reversed(names))
+    handles = {n: hvd.allreduce_async(torch.tensor([float(i), float(R)]), name=n, op=hvd.Sum)
+               for n, i in ((n, names.index(n)) for n in order)}
+    for i, n in enumerate(names):
+        assert torch.equal(hvd.synchronize(handles[n]), torch.tensor([float(i * N), float(N * (N - 1) / 2)]))
+
+
+def test_grouped_allreduce():
+    results = hvd.grouped_allreduce([torch.ones(2) * R, torch.ones(3) * 2 * R], op=hvd.Sum)
+    total = N * (N - 1) / 2
+    assert torch.equal(results[0], torch.ones(2) * total) and torch.equal(results[1], torch.ones(3) * 2 * total)
+
+
+def test_allgather_with_a_different_first_dimension_per_rank():
+    gathered = hvd.allgather(torch.full((R + 1, 2), float(R)))
+    expected = torch.cat([torch.full((r + 1, 2), float(r)) for r in range(N)])
+    assert torch.equal(gathered, expected)
+
+
+def test_broadcast_from_every_root():
+    for root in range(N):
+        t = torch.full((3,), float(R))
+        hvd.broadcast_(t, root_rank=root)
+        assert torch.equal(t, torch.full((3,), float(root)))
+
+
+def test_alltoall_with_splits():
+    # Rank r sends r + 1 rows to every rank, each row holding the sender's rank.
+    sent = torch.full(((R + 1) * N, 1), float(R))
+    received = hvd.alltoall(sent, splits=[R + 1] * N)
+    expected = torch.cat([torch.full((r + 1, 1), float(r)) for r in range(N)])
+    assert torch.equal(received, expected)
+
+
+def test_reducescatter():
+    result = hvd.reducescatter(torch.arange(N * 2, dtype=torch.float32), op=hvd.Sum)
+    assert torch.equal(result, torch.arange(R * 2, R * 2 + 2, dtype=torch.float32) * N)
+
+
+def test_objects_and_barrier():
+    assert hvd.broadcast_object({"from": R, "list": [1, 2]}, root_rank=N - 1) == {"from": N - 1, "list": [1, 2]}
+    assert hvd.allgather_object(("rank", R)) == [("rank", r) for r in range(N)]
+    hvd.barrier()
+
+
+def test_mismatched_shapes_fail_on_every_rank_naming_the_tensor():
+    with pytest.raises(RuntimeError, match="mismatch.shape"):
+        hvd.allreduce(torch.zeros(R + 1), name="mismatch.shape")
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def test_distributed_optimizer_matches_one_process_on_the_full_batch():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8 * N, 4, generator=g), torch.randn(8 * N, 1, generator=g)
+    shard = slice(8 * R, 8 * (R + 1))
+
+    model = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x[shard]), y[shard]).backward()
+        opt.step()
+
+    single = _model()
+    single_opt = torch.optim.SGD(single.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(5):
+        single_opt.zero_grad()
+        torch.nn.functional.mse_loss(single(x), y).backward()
+        single_opt.step()
+
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = hvd.allgather(flat.unsqueeze(0))
+    assert all(torch.equal(everyone[r], everyone[0]) for r in range(N)), "ranks differ"
+    expected = torch.cat([p.detach().flatten() for p in single.parameters()])
+    assert torch.allclose(flat, expected, atol=1e-5)
