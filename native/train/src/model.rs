@@ -401,6 +401,29 @@ pub fn activate(x: &Tensor, activation: Activation) -> Result<Tensor> {
     })
 }
 
+/// sigmoid(x) = (tanh(x / 2) + 1) / 2. Written through tanh because
+/// 1 / (1 + e^-x) overflows e^-x for x below about -88, and its gradient
+/// then becomes 0 * inf = NaN; tanh saturates with a finite gradient.
 fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    Ok((x.neg()?.exp()? + 1.0)?.recip()?)
+    Ok(x.affine(0.5, 0.0)?.tanh()?.affine(0.5, 0.5)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saturated_sigmoid_has_finite_values_and_gradients() {
+        let x = Var::from_slice(&[-200.0f32, -1.0, 0.0, 2.0, 200.0], 5, &Device::Cpu).unwrap();
+        let y = sigmoid(x.as_tensor()).unwrap();
+        let values = y.to_vec1::<f32>().unwrap();
+        for (v, x) in values.iter().zip([-200.0f32, -1.0, 0.0, 2.0, 200.0]) {
+            assert!((v - 1.0 / (1.0 + (-x).exp())).abs() < 1e-6, "sigmoid({x}) = {v}");
+        }
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        let g = grads.get(x.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+        // d sigmoid / dx = s (1 - s): 0 at both ends, 0.25 at 0.
+        assert!(g.iter().all(|g| g.is_finite()), "{g:?}");
+        assert!((g[2] - 0.25).abs() < 1e-6 && g[0].abs() < 1e-6 && g[4].abs() < 1e-6);
+    }
 }
