@@ -194,6 +194,30 @@ mod tests {
     }
 
     #[test]
+    fn plain_and_nesterov_sgd_match_keras() {
+        // No momentum: w = 1 - 0.1 * 2 = 0.8, then 0.6.
+        let sgd = r#"{"name":"sgd","learning_rate":0.1}"#;
+        assert!((step(sgd, 1.0, 2.0, 2) - 0.6).abs() < 1e-6);
+        // Nesterov: v1 = -0.2, w1 = 1 + 0.9 * -0.2 - 0.2 = 0.62;
+        // v2 = 0.9 * -0.2 - 0.2 = -0.38, w2 = 0.62 + 0.9 * -0.38 - 0.2 = 0.078.
+        let nesterov = r#"{"name":"sgd","learning_rate":0.1,"momentum":0.9,"nesterov":true}"#;
+        assert!((step(nesterov, 1.0, 2.0, 1) - 0.62).abs() < 1e-6);
+        assert!((step(nesterov, 1.0, 2.0, 2) - 0.078).abs() < 1e-6);
+    }
+
+    #[test]
+    fn adam_second_step_matches_hand_computed_values() {
+        // g = 3 both steps, lr 0.01. Step 2: m = 0.9 * 0.3 + 0.3 = 0.57, v = 0.999 * 0.009
+        // + 0.009 = 0.017991, lr_t = 0.01 * sqrt(1 - 0.999^2) / (1 - 0.81) = 0.0023531,
+        // step = lr_t * 0.57 / (sqrt(0.017991) + 1e-7) = 0.0100000 (about lr again).
+        let w = step(r#"{"name":"adam","learning_rate":0.01}"#, 1.0, 3.0, 2);
+        let lr_t = 0.01 * (1.0f64 - 0.999 * 0.999).sqrt() / (1.0 - 0.81);
+        let expected = 1.0 - 0.01 - lr_t * 0.57 / (0.017991f64.sqrt() + 1e-7);
+        assert!((w as f64 - expected).abs() < 1e-5, "{w} vs {expected}");
+        assert!((w - 0.98).abs() < 1e-4, "{w}");
+    }
+
+    #[test]
     fn adam_first_step_moves_by_the_learning_rate() {
         // Step 1: m = 0.1 g, v = 0.001 g^2, lr_t = lr * sqrt(0.001) / 0.1, so the step is
         // lr * g / (|g| + eps / sqrt(0.001)) ~ lr for any g.
