@@ -418,7 +418,10 @@ mod tests {
         let y = sigmoid(x.as_tensor()).unwrap();
         let values = y.to_vec1::<f32>().unwrap();
         for (v, x) in values.iter().zip([-200.0f32, -1.0, 0.0, 2.0, 200.0]) {
-            assert!((v - 1.0 / (1.0 + (-x).exp())).abs() < 1e-6, "sigmoid({x}) = {v}");
+            assert!(
+                (v - 1.0 / (1.0 + (-x).exp())).abs() < 1e-6,
+                "sigmoid({x}) = {v}"
+            );
         }
         let grads = y.sum_all().unwrap().backward().unwrap();
         let g = grads.get(x.as_tensor()).unwrap().to_vec1::<f32>().unwrap();

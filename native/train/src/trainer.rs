@@ -104,6 +104,16 @@ impl Trainer {
                  use fewer ranks or more data"
             )));
         }
+        let val_total: f64 = counts.iter().skip(1).step_by(2).sum();
+        if config.has_validation() && val_total == 0.0 {
+            // Without this every epoch would report a NaN validation loss, and
+            // the default monitor (val_loss) would never pick a best epoch.
+            return Err(Error::Data(
+                "validation is configured but no rank has validation rows; \
+                 check validation_column or raise validation_fraction"
+                    .into(),
+            ));
+        }
         let total: u64 = train_counts.iter().sum();
         let per_step = (size * config.batch_size) as u64;
         let steps_per_epoch = config

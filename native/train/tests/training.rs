@@ -382,3 +382,192 @@ fn spec_errors_name_the_layer_and_field() {
     ))
     .contains("an embedding reads a categorical input, not 'x'"));
 }
+
+/// The regression model with dropout before its output, so resuming must
+/// also continue the dropout masks where they were.
+const DROPOUT_SPEC: &str = r#"{
+  "inputs": [{"name": "x", "type": "float"},
+             {"name": "cat", "type": "categorical", "vocabulary": 5}],
+  "layers": [{"name": "cat_emb", "type": "embedding", "input": "cat", "dim": 3},
+             {"name": "x_bn", "type": "batch_norm", "input": "x"},
+             {"name": "all", "type": "concatenate", "inputs": ["x_bn", "cat_emb"]},
+             {"name": "hidden", "type": "dense", "input": "all", "units": 16, "activation": "relu"},
+             {"name": "drop", "type": "dropout", "input": "hidden", "rate": 0.3},
+             {"name": "y_hat", "type": "dense", "input": "drop", "units": 1}],
+  "outputs": ["y_hat"]
+}"#;
+
+/// Adds `is_val`: every 5th row on rank 0, none on rank 1, every 4th on others.
+fn with_validation_column(table: Table, rank: usize) -> Table {
+    let rows = table.rows();
+    let every = match rank {
+        0 => Some(5),
+        1 => None,
+        _ => Some(4),
+    };
+    let is_val = (0..rows)
+        .map(|r| every.map_or(0.0, |n| (r % n == 0) as u8 as f32))
+        .collect();
+    let mut columns = table.columns().to_vec();
+    columns.push(Column::new("is_val", 1, is_val));
+    Table::new(rows, columns).unwrap()
+}
+
+/// What a rank ends with: the model, its last checkpoint and its history.
+type RankEnd = (Vec<u8>, Vec<u8>, String);
+
+/// Runs `size` ranks of the dropout model for at most `epochs` epochs each,
+/// starting from `resume` (given to every rank; only rank 0's counts).
+fn run_ranks(
+    size: usize,
+    rows: &[usize],
+    extra: &'static str,
+    resume: Option<Vec<u8>>,
+    epochs: usize,
+) -> Vec<horovod_train::Result<RankEnd>> {
+    let threads: Vec<_> = LocalTransport::group(size, WAIT)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, transport)| {
+            let (rows, resume) = (rows[rank], resume.clone());
+            thread::spawn(move || {
+                let engine = Engine::start(transport, EngineConfig::default()).unwrap();
+                let comm = EngineCollectives::new(&engine, WAIT);
+                // Only rank 0's checkpoint counts: the others get bytes that are none.
+                let resume = resume.map(|bytes| {
+                    if rank == 0 {
+                        bytes
+                    } else {
+                        b"not a checkpoint".to_vec()
+                    }
+                });
+                let mut trainer = Trainer::new(
+                    ModelSpec::from_json(DROPOUT_SPEC).unwrap(),
+                    config(extra),
+                    with_validation_column(regression_table(rows, 10 + rank as u64), rank),
+                    &comm,
+                    resume.as_deref(),
+                )?;
+                for _ in 0..epochs {
+                    if trainer.done() {
+                        break;
+                    }
+                    trainer.run_epoch(&comm)?;
+                }
+                Ok((
+                    trainer.model_bytes(),
+                    trainer.checkpoint(),
+                    trainer.history_json(),
+                ))
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Train and validation losses of a history, per epoch (seconds differ between runs).
+fn losses(history: &str) -> Vec<(f64, f64)> {
+    let history: serde_json::Value = serde_json::from_str(history).unwrap();
+    history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["train"]["loss"].as_f64().unwrap(),
+                r["val"]["loss"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn resuming_three_ranks_with_dropout_and_validation_equals_training_straight_through() {
+    let extra = r#", "epochs": 3, "validation_fraction": 0.2, "batch_size": 16"#;
+    let rows = [150, 70, 110];
+    let straight: Vec<RankEnd> = run_ranks(3, &rows, extra, None, 3)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let first: Vec<RankEnd> = run_ranks(3, &rows, extra, None, 1)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let resumed: Vec<RankEnd> = run_ranks(3, &rows, extra, Some(first[0].1.clone()), 3)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    for rank in 0..3 {
+        assert!(
+            resumed[rank].0 == straight[0].0,
+            "rank {rank}: resumed weights differ from straight-through training"
+        );
+        assert_eq!(losses(&resumed[rank].2), losses(&straight[rank].2));
+        assert_eq!(losses(&resumed[rank].2).len(), 3);
+    }
+}
+
+#[test]
+fn a_checkpoint_with_every_epoch_done_is_done_at_once() {
+    let mut trainer = Trainer::new(
+        spec(),
+        config(r#", "epochs": 2"#),
+        regression_table(100, 1),
+        &Single,
+        None,
+    )
+    .unwrap();
+    while !trainer.done() {
+        trainer.run_epoch(&Single).unwrap();
+    }
+    let checkpoint = trainer.checkpoint();
+    let again = |epochs: &'static str| {
+        Trainer::new(
+            spec(),
+            config(epochs),
+            regression_table(100, 1),
+            &Single,
+            Some(&checkpoint),
+        )
+        .unwrap()
+    };
+    assert!(again(r#", "epochs": 2"#).done());
+    assert!(again(r#", "epochs": 1"#).done());
+    // More epochs than the checkpoint has: only the remaining one runs.
+    let mut more = again(r#", "epochs": 3"#);
+    assert!(!more.done());
+    assert_eq!(more.run_epoch(&Single).unwrap().epoch, 2);
+    assert!(more.done());
+}
+
+#[test]
+fn validation_without_validation_rows_fails_every_rank() {
+    // A validation column that is zero everywhere: no rank has validation rows.
+    let table = regression_table(60, 1);
+    let mut columns = table.columns().to_vec();
+    columns.push(Column::new("is_val", 1, vec![0.0; 60]));
+    let table = Table::new(60, columns).unwrap();
+    let message = Trainer::new(
+        spec(),
+        config(r#", "validation_column": "is_val""#),
+        table,
+        &Single,
+        None,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(message.contains("no rank has validation rows"), "{message}");
+    // Rank 1 without validation rows is fine as long as another rank has some.
+    let results = run_ranks(
+        2,
+        &[200, 30],
+        r#", "epochs": 1, "validation_column": "is_val""#,
+        None,
+        1,
+    );
+    for result in results {
+        let (_, _, history) = result.unwrap();
+        assert!(losses(&history)[0].1.is_finite());
+    }
+}
