@@ -60,6 +60,21 @@ impl Predictor {
         self.model.outputs()
     }
 
+    /// Trainable and non-trainable (batch norm's running statistics) values,
+    /// counted as Keras' model summary counts them, to check a spec by hand.
+    pub fn parameter_counts(&self) -> (usize, usize) {
+        self.model
+            .params()
+            .iter()
+            .fold((0, 0), |(trainable, fixed), p| {
+                if p.trainable {
+                    (trainable + p.values.len(), fixed)
+                } else {
+                    (trainable, fixed + p.values.len())
+                }
+            })
+    }
+
     /// One column per output, named after it, for every row of `table`.
     pub fn predict(&self, table: &Table) -> Result<Vec<Column>> {
         let inputs = self.model.spec().input_columns();
