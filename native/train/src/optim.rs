@@ -97,6 +97,32 @@ impl Optimizer {
                 config.learning_rate
             )));
         }
+        // The estimator sends every setting whatever the optimizer; one that
+        // this optimizer would ignore is an error rather than a silent no-op.
+        if config.weight_decay != 0.0 && kind != Kind::AdamW {
+            return Err(Error::Config(format!(
+                "weight_decay applies to adamw only; use \"adamw\" or a weight_decay of 0 with {}",
+                config.name
+            )));
+        }
+        if config.momentum != 0.0 && kind != Kind::Sgd {
+            return Err(Error::Config(format!(
+                "momentum applies to sgd only; use \"sgd\" or a momentum of 0 with {}",
+                config.name
+            )));
+        }
+        let unit = 0.0..1.0;
+        let valid = unit.contains(&config.momentum)
+            && unit.contains(&config.beta1)
+            && unit.contains(&config.beta2)
+            && config.epsilon > 0.0
+            && config.weight_decay >= 0.0;
+        if !valid {
+            return Err(Error::Config(
+                "optimizer: momentum, beta1 and beta2 must be in [0, 1), epsilon > 0, weight_decay >= 0"
+                    .into(),
+            ));
+        }
         let zeros = || sizes.iter().map(|&n| vec![0.0; n]).collect::<Vec<_>>();
         let second = if kind == Kind::Sgd {
             Vec::new()
@@ -231,6 +257,28 @@ mod tests {
             1,
         );
         assert!((w - (1.0 - 0.01 - 0.005)).abs() < 1e-5, "{w}");
+    }
+
+    #[test]
+    fn settings_the_optimizer_would_ignore_are_errors() {
+        let err = |json: &str| {
+            Optimizer::new(serde_json::from_str(json).unwrap(), &[1])
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(r#"{"name":"adam","weight_decay":0.01}"#)
+            .contains("weight_decay applies to adamw only"));
+        assert!(err(r#"{"name":"sgd","weight_decay":0.01}"#)
+            .contains("weight_decay applies to adamw only"));
+        assert!(err(r#"{"name":"adamw","momentum":0.9}"#).contains("momentum applies to sgd only"));
+        assert!(err(r#"{"name":"sgd","momentum":1.5}"#).contains("momentum, beta1 and beta2"));
+        // What the estimator sends by default is fine for every optimizer.
+        for name in ["sgd", "adam", "adamw"] {
+            let json = format!(
+                r#"{{"name":"{name}","learning_rate":0.001,"momentum":0.0,"weight_decay":0.0,"epsilon":1e-7}}"#
+            );
+            assert!(Optimizer::new(serde_json::from_str(&json).unwrap(), &[1]).is_ok());
+        }
     }
 
     #[test]
