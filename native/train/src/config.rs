@@ -84,6 +84,9 @@ impl TrainConfig {
         if config.batch_size == 0 || config.val_batch_size == Some(0) {
             return Err(Error::Config("batch sizes must be at least 1".into()));
         }
+        if config.steps_per_epoch == Some(0) {
+            return Err(Error::Config("steps_per_epoch must be at least 1".into()));
+        }
         if let Some(f) = config.validation_fraction {
             if !(f > 0.0 && f < 1.0) {
                 return Err(Error::Config(format!(

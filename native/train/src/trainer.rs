@@ -614,6 +614,19 @@ fn check_labels(model: &Model, config: &TrainConfig, data: &Table, loss: Loss) -
                 loss.label_width(*width)
             )));
         }
+        if loss == Loss::SparseCategoricalCrossentropy {
+            // A class index outside the output would gather out of range.
+            let values = data.column(label).map(|c| c.values()).unwrap_or(&[]);
+            let bad = values
+                .iter()
+                .filter(|&&v| !(v >= 0.0 && v.fract() == 0.0 && (v as usize) < *width))
+                .count();
+            if bad > 0 {
+                return Err(Error::Data(format!(
+                    "label column '{label}' has {bad} values that are not class indices in [0, {width})"
+                )));
+            }
+        }
     }
     Ok(())
 }

@@ -562,3 +562,82 @@ fn validation_without_validation_rows_fails_every_rank() {
         assert!(losses(&history)[0].1.is_finite());
     }
 }
+
+#[test]
+fn nan_values_label_widths_and_class_indices_are_named_with_counts() {
+    let table = regression_table(40, 1);
+    let replace = |name: &str, column: Column| {
+        let columns = table
+            .columns()
+            .iter()
+            .map(|c| {
+                if c.name() == name {
+                    column.clone()
+                } else {
+                    c.clone()
+                }
+            })
+            .collect();
+        Table::new(40, columns).unwrap()
+    };
+    let fails = |config: TrainConfig, table: Table| {
+        Trainer::new(spec(), config, table, &Single, None)
+            .err()
+            .expect("the data is rejected")
+            .to_string()
+    };
+    let mut x = table.column("x").unwrap().values().to_vec();
+    x[0] = f32::NAN;
+    x[7] = f32::NAN;
+    x[11] = f32::INFINITY;
+    let message = fails(config(""), replace("x", Column::new("x", 2, x)));
+    assert!(
+        message.contains("column 'x' has 3 NaN or infinite values"),
+        "{message}"
+    );
+    let mut y = table.column("y").unwrap().values().to_vec();
+    y[5] = f32::NAN;
+    let message = fails(config(""), replace("y", Column::new("y", 1, y)));
+    assert!(
+        message.contains("column 'y' has 1 NaN or infinite values"),
+        "{message}"
+    );
+    // A 2-wide label for a 1-wide output.
+    let message = fails(config(""), replace("y", Column::new("y", 2, vec![0.0; 80])));
+    assert!(
+        message.contains(
+            "label column 'y' has 2 values per row; output 'y_hat' with loss mse needs 1"
+        ),
+        "{message}"
+    );
+    // Sparse classes of a 1-wide output: only 0 is a class; 3 rows say 1, one says -1.
+    let classes: Vec<f32> = (0..40)
+        .map(|i| match i {
+            1..=3 => 1.0,
+            4 => -1.0,
+            _ => 0.0,
+        })
+        .collect();
+    let message = fails(
+        config(r#", "loss": "sparse_categorical_crossentropy", "metrics": []"#),
+        replace("y", Column::new("y", 1, classes)),
+    );
+    assert!(
+        message.contains("label column 'y' has 4 values that are not class indices in [0, 1)"),
+        "{message}"
+    );
+    let message = TrainConfig::from_json(r#"{"label_columns": ["y"], "steps_per_epoch": 0}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("steps_per_epoch must be at least 1"),
+        "{message}"
+    );
+    let message = TrainConfig::from_json(r#"{"label_columns": ["y"], "learning_rate": 0.1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("unknown field `learning_rate`"),
+        "{message}"
+    );
+}
