@@ -641,3 +641,79 @@ fn nan_values_label_widths_and_class_indices_are_named_with_counts() {
         "{message}"
     );
 }
+
+/// Three classes around (2, 0), (-1, 1.7) and (-1, -1.7), with a categorical
+/// feature that tells the class apart for half the rows; the labels as class
+/// indices and as one-hot rows.
+fn three_class_table(rows: usize) -> Table {
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    let centers = [(2.0f32, 0.0f32), (-1.0, 1.7), (-1.0, -1.7)];
+    let (mut f, mut hint, mut class, mut onehot) = (vec![], vec![], vec![], vec![]);
+    for i in 0..rows {
+        let c = i % 3;
+        f.extend([
+            centers[c].0 + rng.gen_range(-0.9f32..0.9),
+            centers[c].1 + rng.gen_range(-0.9f32..0.9),
+        ]);
+        // Category c + 1 for half the rows, 0 ("unknown") for the rest.
+        hint.push(if rng.gen_bool(0.5) {
+            c as f32 + 1.0
+        } else {
+            0.0
+        });
+        class.push(c as f32);
+        onehot.extend((0..3).map(|k| (k == c) as u8 as f32));
+    }
+    Table::new(
+        rows,
+        vec![
+            Column::new("f", 2, f),
+            Column::new("hint", 1, hint),
+            Column::new("class", 1, class),
+            Column::new("onehot", 3, onehot),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn softmax_classification_reaches_its_accuracy_with_both_crossentropies() {
+    let spec = r#"{"inputs": [{"name": "f", "type": "float"},
+                             {"name": "hint", "type": "categorical", "vocabulary": 4}],
+        "layers": [{"name": "hint_emb", "type": "embedding", "input": "hint", "dim": 2},
+                   {"name": "all", "type": "concatenate", "inputs": ["f", "hint_emb"]},
+                   {"name": "h", "type": "dense", "input": "all", "units": 16, "activation": "relu"},
+                   {"name": "p", "type": "dense", "input": "h", "units": 3, "activation": "softmax"}],
+        "outputs": ["p"]}"#;
+    for (label, loss) in [
+        ("class", "sparse_categorical_crossentropy"),
+        ("onehot", "categorical_crossentropy"),
+    ] {
+        let config = TrainConfig::from_json(&format!(
+            r#"{{"label_columns": ["{label}"], "loss": "{loss}", "metrics": ["accuracy", "{loss}"],
+                "epochs": 4, "optimizer": {{"name": "adam", "learning_rate": 0.01}},
+                "validation_fraction": 0.25, "seed": 2}}"#
+        ))
+        .unwrap();
+        let mut trainer = Trainer::new(
+            ModelSpec::from_json(spec).unwrap(),
+            config,
+            three_class_table(1200),
+            &Single,
+            None,
+        )
+        .unwrap();
+        while !trainer.done() {
+            trainer.run_epoch(&Single).unwrap();
+        }
+        let last = trainer.history().last().unwrap();
+        assert!(
+            last.val["accuracy"] >= 0.95,
+            "{loss}: validation accuracy {} should reach 0.95",
+            last.val["accuracy"]
+        );
+        // The loss as a metric is the reported loss itself.
+        assert!((last.val[loss] - last.val["loss"]).abs() < 1e-12);
+        assert!(trainer.history()[0].train["loss"] > last.train["loss"]);
+    }
+}
