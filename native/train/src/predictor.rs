@@ -91,7 +91,12 @@ impl Predictor {
                         c.width()
                     )))
                 }
-                None => return Err(Error::Data(format!("column '{name}' is missing"))),
+                None => {
+                    let available: Vec<&str> = table.columns().iter().map(|c| c.name()).collect();
+                    return Err(Error::Data(format!(
+                        "column '{name}' is missing; the data has {available:?}"
+                    )));
+                }
                 _ => {}
             }
         }

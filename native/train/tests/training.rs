@@ -717,3 +717,62 @@ fn softmax_classification_reaches_its_accuracy_with_both_crossentropies() {
         assert!(trainer.history()[0].train["loss"] > last.train["loss"]);
     }
 }
+
+#[test]
+fn the_predictor_names_missing_and_misshaped_columns() {
+    let trainer = Trainer::new(spec(), config(""), regression_table(40, 1), &Single, None).unwrap();
+    let predictor = Predictor::new(spec(), &trainer.model_bytes()).unwrap();
+    let table = regression_table(10, 2);
+    let without_cat = Table::new(
+        10,
+        vec![
+            table.column("x").unwrap().clone(),
+            table.column("y").unwrap().clone(),
+        ],
+    )
+    .unwrap();
+    let message = predictor.predict(&without_cat).unwrap_err().to_string();
+    assert!(
+        message.contains("column 'cat' is missing; the data has [\"x\", \"y\"]"),
+        "{message}"
+    );
+    let narrow_x = Table::new(
+        10,
+        vec![
+            Column::new("x", 1, vec![0.0; 10]),
+            table.column("cat").unwrap().clone(),
+        ],
+    )
+    .unwrap();
+    let message = predictor.predict(&narrow_x).unwrap_err().to_string();
+    assert!(
+        message.contains("column 'x' has 1 values per row; the model was trained on 2"),
+        "{message}"
+    );
+    // Labels are not needed to predict; another spec's weights are refused.
+    assert_eq!(
+        predictor.predict(&features_only(&table)).unwrap()[0]
+            .values()
+            .len(),
+        10
+    );
+    let other =
+        ModelSpec::from_json(&REGRESSION_SPEC.replace("\"units\": 32", "\"units\": 31")).unwrap();
+    let message = Predictor::new(other, &trainer.model_bytes())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("different model spec"), "{message}");
+}
+
+/// The features of `table` without its label.
+fn features_only(table: &Table) -> Table {
+    Table::new(
+        table.rows(),
+        vec![
+            table.column("x").unwrap().clone(),
+            table.column("cat").unwrap().clone(),
+        ],
+    )
+    .unwrap()
+}
