@@ -89,6 +89,7 @@ impl Trainer {
             .map(|p| p.values.len())
             .collect();
         let optimizer = Optimizer::new(config.optimizer.clone(), &sizes)?;
+        check_monitor(&config, &metrics)?;
         let (train_rows, val_rows) = split(&config, &data, rank)?;
 
         // Every rank learns every rank's row counts, so all agree on the steps
@@ -365,12 +366,7 @@ impl Trainer {
             Some(name) if self.config.has_validation() => report.val.get(name),
             _ => report.train.get(&monitor),
         };
-        let value = *value.ok_or_else(|| {
-            Error::Config(format!(
-                "monitor '{monitor}' is not a reported metric (loss, {}; val_ versions with validation)",
-                self.metrics.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
+        let value = *value.ok_or_else(|| unknown_monitor(&monitor, &self.metrics))?;
         let higher_is_better = monitor.ends_with("accuracy");
         let improved = match &self.best {
             None => true,
@@ -405,13 +401,7 @@ impl Trainer {
     }
 
     fn monitor(&self) -> String {
-        self.config.monitor.clone().unwrap_or_else(|| {
-            if self.config.has_validation() {
-                "val_loss".into()
-            } else {
-                "loss".into()
-            }
-        })
+        monitor_of(&self.config)
     }
 
     /// The weights to keep: the best epoch's by the monitored metric, else the last.
@@ -564,6 +554,41 @@ impl MetricSums {
             out.insert(metric.name().to_string(), metric.finish(*sum, rows));
         }
         Ok(out)
+    }
+}
+
+/// The monitored metric's name as reports key it (`val_` for validation).
+fn monitor_of(config: &TrainConfig) -> String {
+    config.monitor.clone().unwrap_or_else(|| {
+        if config.has_validation() {
+            "val_loss".into()
+        } else {
+            "loss".into()
+        }
+    })
+}
+
+fn unknown_monitor(monitor: &str, metrics: &[Metric]) -> Error {
+    let mut names = vec!["loss"];
+    names.extend(metrics.iter().map(|m| m.name()));
+    Error::Config(format!(
+        "monitor '{monitor}' is not a reported metric ({}; val_ versions with validation)",
+        names.join(", ")
+    ))
+}
+
+/// The monitor must name a reported metric, checked before the first epoch
+/// rather than after it.
+fn check_monitor(config: &TrainConfig, metrics: &[Metric]) -> Result<()> {
+    let monitor = monitor_of(config);
+    let name = match monitor.strip_prefix("val_") {
+        Some(name) if config.has_validation() => name,
+        _ => monitor.as_str(),
+    };
+    if name == "loss" || metrics.iter().any(|m| m.name() == name) {
+        Ok(())
+    } else {
+        Err(unknown_monitor(&monitor, metrics))
     }
 }
 

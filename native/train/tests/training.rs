@@ -626,6 +626,27 @@ fn nan_values_label_widths_and_class_indices_are_named_with_counts() {
         message.contains("label column 'y' has 4 values that are not class indices in [0, 1)"),
         "{message}"
     );
+    // A monitor that no epoch would report: before training, not after the first epoch.
+    for (extra, monitor) in [
+        (r#", "monitor": "val_mae""#, "val_mae"),
+        (r#", "monitor": "accuracy""#, "accuracy"),
+    ] {
+        let message = fails(config(extra), table.clone());
+        assert!(
+            message.contains(&format!(
+                "monitor '{monitor}' is not a reported metric (loss, mae;"
+            )),
+            "{message}"
+        );
+    }
+    assert!(Trainer::new(
+        spec(),
+        config(r#", "monitor": "val_mae", "validation_fraction": 0.2"#),
+        table.clone(),
+        &Single,
+        None
+    )
+    .is_ok());
     let message = TrainConfig::from_json(r#"{"label_columns": ["y"], "steps_per_epoch": 0}"#)
         .unwrap_err()
         .to_string();
