@@ -5,7 +5,21 @@ use std::time::Duration;
 
 use horovod_core::{Engine, Operation, ReduceOp, Request};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// The reduced values, which must be as many as this rank sent.
+fn same_length<T>(name: &str, sent: usize, reduced: Option<Vec<T>>) -> Result<Vec<T>> {
+    match reduced {
+        Some(values) if values.len() == sent => Ok(values),
+        Some(values) => Err(Error::Exchange(format!(
+            "'{name}' came back with {} values for {sent} sent",
+            values.len()
+        ))),
+        None => Err(Error::Exchange(format!(
+            "'{name}' came back as bytes that are not whole values"
+        ))),
+    }
+}
 
 /// Sums and broadcasts across the ranks of a job. Every rank must make the
 /// same calls, with the same names, in the same order.
@@ -76,7 +90,8 @@ impl Collectives for EngineCollectives<'_> {
             vec![values.len()],
             &values,
         );
-        Ok(self.run(request)?.to_elements::<f32>().unwrap_or_default())
+        let summed = self.run(request)?.to_elements::<f32>();
+        same_length(name, values.len(), summed)
     }
 
     fn allreduce_sum_f64(&self, name: &str, values: Vec<f64>) -> Result<Vec<f64>> {
@@ -86,7 +101,8 @@ impl Collectives for EngineCollectives<'_> {
             vec![values.len()],
             &values,
         );
-        Ok(self.run(request)?.to_elements::<f64>().unwrap_or_default())
+        let summed = self.run(request)?.to_elements::<f64>();
+        same_length(name, values.len(), summed)
     }
 
     fn broadcast(&self, name: &str, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
@@ -99,10 +115,33 @@ impl Collectives for EngineCollectives<'_> {
             &len,
         );
         let len = self.run(request)?.data;
-        let len = u64::from_le_bytes(len.as_slice().try_into().unwrap_or([0; 8])) as usize;
+        let len: [u8; 8] = len.as_slice().try_into().map_err(|_| {
+            Error::Exchange(format!("'{name}': a length of {} bytes, not 8", len.len()))
+        })?;
+        let len = u64::from_le_bytes(len) as usize;
         let mut data = bytes;
         data.resize(len, 0);
         let request = Request::from_elements(name, Operation::Broadcast { root }, vec![len], &data);
         Ok(self.run(request)?.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_of_another_length_is_an_error_not_a_short_vector() {
+        assert_eq!(
+            same_length("g", 2, Some(vec![1.0f32, 2.0])).unwrap(),
+            [1.0, 2.0]
+        );
+        let err = same_length("g", 3, Some(vec![1.0f32])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "collective: 'g' came back with 1 values for 3 sent"
+        );
+        let err = same_length::<f32>("g", 3, None).unwrap_err();
+        assert!(err.to_string().contains("not whole values"), "{err}");
     }
 }

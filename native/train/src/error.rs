@@ -20,6 +20,10 @@ pub enum Error {
     /// A tensor operation failed (a shape the spec checks should have caught).
     #[error("tensor: {0}")]
     Tensor(#[from] candle_core::Error),
+    /// A collective returned something other than what every rank sent
+    /// (another length): the ranks do not run the same model.
+    #[error("collective: {0}")]
+    Exchange(String),
     /// A collective with the other ranks failed.
     #[error(transparent)]
     Collective(#[from] horovod_core::Error),
