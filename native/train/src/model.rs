@@ -9,7 +9,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
-use crate::spec::{Activation, Layer, ModelSpec, Node};
+use crate::spec::{Activation, InputType, Layer, ModelSpec, Node};
 
 /// One parameter: trainable weights, or batch norm's running statistics.
 #[derive(Debug, Clone, PartialEq)]
@@ -348,6 +348,35 @@ impl Model {
             .map(|o| (o.clone(), shapes[o].iter().product()))
             .collect()
     }
+}
+
+/// Categorical columns must hold integer indices in `[0, vocabulary)`: an
+/// index past the table would fail inside the embedding's gather, and a
+/// negative or fractional one would be truncated to another category.
+pub fn check_categories(spec: &ModelSpec, data: &horovod_data::Table) -> Result<()> {
+    for input in spec
+        .inputs
+        .iter()
+        .filter(|i| i.kind == InputType::Categorical)
+    {
+        let vocabulary = input.vocabulary.unwrap_or(0);
+        for name in input.column_names() {
+            let Some(column) = data.column(&name) else {
+                return Err(Error::Data(format!("column '{name}' is missing")));
+            };
+            let bad = column
+                .values()
+                .iter()
+                .filter(|&&v| !(v >= 0.0 && v.fract() == 0.0 && (v as usize) < vocabulary))
+                .count();
+            if bad > 0 {
+                return Err(Error::Data(format!(
+                    "categorical column '{name}' has {bad} values that are not integers in [0, {vocabulary})"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn shapes_by_name(

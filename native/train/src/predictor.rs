@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::blob;
 use crate::error::{Error, Result};
-use crate::model::{Mode, Model};
+use crate::model::{check_categories, Mode, Model};
 use crate::spec::ModelSpec;
 
 /// Rows per forward pass: bounds memory for wide layers.
@@ -100,6 +100,7 @@ impl Predictor {
                 _ => {}
             }
         }
+        check_categories(self.model.spec(), table)?;
         let device = Device::Cpu;
         let (tensors, _) = self.model.tensors(&device, false)?;
         let outputs = self.model.outputs();

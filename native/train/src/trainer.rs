@@ -15,10 +15,10 @@ use crate::collectives::Collectives;
 use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 use crate::loss::{Loss, Metric};
-use crate::model::{Mode, Model};
+use crate::model::{check_categories, Mode, Model};
 use crate::optim::Optimizer;
 use crate::shuffle::shuffle;
-use crate::spec::{InputType, ModelSpec};
+use crate::spec::ModelSpec;
 
 /// What one epoch did; identical on every rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -669,28 +669,7 @@ fn check_values(model: &Model, config: &TrainConfig, data: &Table) -> Result<()>
             )));
         }
     }
-    for input in model
-        .spec()
-        .inputs
-        .iter()
-        .filter(|i| i.kind == InputType::Categorical)
-    {
-        let vocabulary = input.vocabulary.unwrap_or(0);
-        for name in input.column_names() {
-            let column = data.column(&name).expect("checked before");
-            let bad = column
-                .values()
-                .iter()
-                .filter(|&&v| v < 0.0 || v.fract() != 0.0 || v as usize >= vocabulary)
-                .count();
-            if bad > 0 {
-                return Err(Error::Data(format!(
-                    "categorical column '{name}' has {bad} values that are not integers in [0, {vocabulary})"
-                )));
-            }
-        }
-    }
-    Ok(())
+    check_categories(model.spec(), data)
 }
 
 /// Training and validation rows of this rank.

@@ -797,3 +797,27 @@ fn features_only(table: &Table) -> Table {
     )
     .unwrap()
 }
+
+#[test]
+fn the_predictor_names_categories_outside_the_vocabulary() {
+    let trainer = Trainer::new(spec(), config(""), regression_table(40, 1), &Single, None).unwrap();
+    let predictor = Predictor::new(spec(), &trainer.model_bytes()).unwrap();
+    let table = regression_table(10, 2);
+    let mut cat = table.column("cat").unwrap().values().to_vec();
+    cat[2] = 7.0;
+    cat[4] = -1.0;
+    cat[5] = f32::NAN;
+    let table = Table::new(
+        10,
+        vec![
+            table.column("x").unwrap().clone(),
+            Column::new("cat", 1, cat),
+        ],
+    )
+    .unwrap();
+    let message = predictor.predict(&table).unwrap_err().to_string();
+    assert!(
+        message.contains("categorical column 'cat' has 3 values that are not integers in [0, 5)"),
+        "{message}"
+    );
+}
