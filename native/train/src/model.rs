@@ -202,13 +202,13 @@ impl Model {
         let mut tensors = Vec::with_capacity(self.params.len());
         let mut vars = Vec::with_capacity(self.params.len());
         for p in &self.params {
-            let t = Tensor::from_slice(&p.values, p.shape.as_slice(), device)?;
             if track && p.trainable {
-                let var = Var::from_tensor(&t)?;
+                // Straight into a Var: Var::from_tensor would copy the values a second time.
+                let var = Var::from_slice(&p.values, p.shape.as_slice(), device)?;
                 tensors.push(var.as_tensor().clone());
                 vars.push(Some(var));
             } else {
-                tensors.push(t);
+                tensors.push(Tensor::from_slice(&p.values, p.shape.as_slice(), device)?);
                 vars.push(None);
             }
         }

@@ -138,6 +138,11 @@ impl Optimizer {
         })
     }
 
+    /// How many values the optimizer updates: the trainable parameters' total.
+    pub fn values(&self) -> usize {
+        self.first.iter().map(Vec::len).sum()
+    }
+
     /// Applies one step: `params[i] -= ...` from `grads[i]`.
     pub fn apply(&mut self, params: &mut [&mut [f32]], grads: &[&[f32]]) {
         self.step += 1;

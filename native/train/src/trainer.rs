@@ -265,7 +265,7 @@ impl Trainer {
             objective = (objective + penalty)?;
         }
         let grads = objective.backward()?;
-        let mut flat = Vec::new();
+        let mut flat = Vec::with_capacity(self.optimizer.values());
         for (param, var) in self.model.params().iter().zip(&vars) {
             if let Some(var) = var {
                 match grads.get(var.as_tensor()) {
