@@ -24,7 +24,7 @@ BENCH_RANKS     := 2 3 4
 # 5 GiB) into the project environment, so the peers include Gloo.
 BENCH_GLOO      ?= 0
 
-.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest tools clean
+.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest bench-python tools clean
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -107,9 +107,11 @@ scala-example: jar
 	  || { tail -40 build/scala-example.log; exit 1; }
 	@grep "scala example:" build/scala-example.log || { tail -40 build/scala-example.log; exit 1; }
 
-# The PySpark user's path: horovod_rs.spark.ml wraps the JVM estimator.
-pyspark-test: jar $(VENV)/.pytest
-	HOROVOD_RS_JAR=$(abspath $(JAR)) PYTHONPATH=python $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
+# The PySpark user's path: horovod_rs.spark.ml wraps the JVM estimator, and
+# horovod_rs.spark.run runs functions in the Python workers (PYSPARK_PYTHON is
+# the project environment, where horovod_rs is installed).
+pyspark-test: jar $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch
+	HOROVOD_RS_JAR=$(abspath $(JAR)) $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
 
 $(VENV)/.pytest:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -133,6 +135,13 @@ python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.pytest
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_launcher
 
 ## Benchmarks ----------------------------------------------------------------
+
+# A Rossmann-shaped MLP (198-1000-1000-1000-500-1) on 2 processes: horovod_rs's
+# DistributedOptimizer next to torch DistributedDataParallel over gloo.
+bench-python: $(VENV)/.horovod_rs $(VENV)/.torch
+	@echo "impl,procs,batch,steps_per_s"
+	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'
+	@$(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp 2>/dev/null
 
 # A Rossmann-like DataFrame (18 categorical + 18 continuous columns) into the
 # trainer's tensors on every rank: Arrow straight from the executors versus a

@@ -12,6 +12,7 @@ use horovod_core::{
     RendezvousService, Request,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -86,6 +87,23 @@ impl Work {
         Ok((PyBytes::new(py, &output.data), output.shape))
     }
 
+    /// Waits like `wait` and writes the result into `out` (a writable byte buffer of exactly the
+    /// result's size, e.g. a tensor's memory), saving the copies of a new bytes object.
+    fn wait_into(&mut self, py: Python<'_>, out: PyBuffer<u8>, timeout_s: f64) -> PyResult<Vec<usize>> {
+        let mut handle = self.handle.take().ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
+        let output = py.allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s))).map_err(py_err)?;
+        if out.readonly() || out.item_count() != output.data.len() {
+            return Err(PyValueError::new_err(format!(
+                "the output buffer holds {} bytes (read-only: {}), the result {}",
+                out.item_count(),
+                out.readonly(),
+                output.data.len()
+            )));
+        }
+        out.copy_from_slice(py, &output.data)?;
+        Ok(output.shape)
+    }
+
     /// Whether the result is ready.
     fn done(&self) -> bool {
         self.handle.as_ref().map(|h| h.is_done()).unwrap_or(true)
@@ -147,9 +165,10 @@ impl Rank {
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
+        py: Python<'_>,
         kind: &str,
         name: String,
-        data: &[u8],
+        data: PyBuffer<u8>,
         dtype_name: &str,
         shape: Vec<usize>,
         op: &str,
@@ -167,7 +186,7 @@ impl Rank {
             "barrier" => Operation::Barrier,
             other => return Err(PyValueError::new_err(format!("unknown collective {other}"))),
         };
-        let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data: data.to_vec() };
+        let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data: data.to_vec(py)? };
         let handle = self.engine.submit(request).map_err(py_err)?;
         Ok(Work { handle: Some(handle) })
     }

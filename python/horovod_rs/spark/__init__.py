@@ -1,1 +1,8 @@
-"""Spark integration of horovod-rs."""
+"""Spark integration of horovod-rs: ``run`` (Horovod's Run API) and ``ml`` (the estimator)."""
+
+
+def run(*args, **kwargs):
+    """horovod_rs.spark.run_api.run, imported lazily so ``horovod_rs.spark.ml`` needs no native module."""
+    from horovod_rs.spark.run_api import run as _run
+
+    return _run(*args, **kwargs)

@@ -54,14 +54,15 @@ def _dtype_name(tensor):
         raise ValueError("horovod_rs cannot run collectives on tensors of type %s" % tensor.dtype) from None
 
 
-def _to_bytes(tensor):
+def _byte_view(tensor):
+    """The tensor's memory as a flat numpy uint8 array, without a copy (contiguous CPU tensors)."""
     t = tensor.detach()
     if t.device.type != "cpu":
         raise ValueError("horovod_rs runs collectives on CPU tensors; this one is on %s" % t.device)
     t = t.contiguous()
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16: move its bits as int16
         t = t.view(torch.int16)
-    return t.numpy().tobytes()
+    return t.reshape(-1).numpy().view(np.uint8)
 
 
 def _from_bytes(data, dtype, shape):
@@ -75,7 +76,7 @@ def _from_bytes(data, dtype, shape):
 
 def _submit(kind, tensor, name, output=None, **options):
     name = name or basics.next_name(kind)
-    work = basics.state().rank.submit(kind, name, _to_bytes(tensor), _dtype_name(tensor), list(tensor.shape),
+    work = basics.state().rank.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape),
                                       **options)
     _next_handle[0] += 1
     handle = _next_handle[0]
@@ -101,6 +102,10 @@ def synchronize(handle):
     if handle not in _handles:
         raise ValueError("unknown or already synchronized handle %r" % handle)
     work, dtype, output = _handles.pop(handle)
+    if output is not None and output.is_contiguous() and output.device.type == "cpu":
+        # In place: the result goes straight into the tensor's memory.
+        work.wait_into(_byte_view(output), basics.DEFAULT_TIMEOUT_S)
+        return output
     data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
     result = _from_bytes(data, dtype, shape)
     if output is not None:

@@ -53,16 +53,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         op = self._op
         if self._predivide != 1.0 and op == self._hvd.Average:
             prescale, postscale, op = 1.0 / self._predivide, self._predivide / self._hvd.size(), self._hvd.Sum
-        handle = self._hvd.allreduce_async(compressed, name="grad." + self._names[p], op=op,
-                                           prescale_factor=prescale, postscale_factor=postscale)
+        if compressed is p.grad:  # no compression, one pass: reduce the gradient in place
+            handle = self._hvd.allreduce_async_(p.grad, name="grad." + self._names[p], op=op,
+                                                prescale_factor=prescale, postscale_factor=postscale)
+        else:
+            handle = self._hvd.allreduce_async(compressed, name="grad." + self._names[p], op=op,
+                                               prescale_factor=prescale, postscale_factor=postscale)
         self._handles[p] = (handle, ctx)
 
     def synchronize(self):
         """Waits for every submitted gradient and writes the averages into ``p.grad``."""
         for p, (handle, ctx) in list(self._handles.items()):
             averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
-            with torch.no_grad():
-                p.grad.copy_(averaged.reshape(p.grad.shape))
+            if averaged is not p.grad:
+                with torch.no_grad():
+                    p.grad.copy_(averaged.reshape(p.grad.shape))
         self._handles.clear()
 
     def step(self, closure=None):
