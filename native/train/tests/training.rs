@@ -7,7 +7,9 @@ use std::time::Duration;
 use horovod_core::engine::LocalTransport;
 use horovod_core::{Engine, EngineConfig};
 use horovod_data::{Column, Table};
-use horovod_train::{EngineCollectives, ModelSpec, Predictor, Single, TrainConfig, Trainer};
+use horovod_train::{
+    Collectives, EngineCollectives, ModelSpec, Predictor, Single, TrainConfig, Trainer,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -61,6 +63,13 @@ fn config(extra: &str) -> TrainConfig {
     TrainConfig::from_json(&base.to_string()).unwrap()
 }
 
+/// Runs every remaining epoch.
+fn train_to_end(trainer: &mut Trainer, comm: &dyn Collectives) {
+    while !trainer.done() {
+        trainer.run_epoch(comm).unwrap();
+    }
+}
+
 fn spec() -> ModelSpec {
     ModelSpec::from_json(REGRESSION_SPEC).unwrap()
 }
@@ -75,9 +84,7 @@ fn regression_reaches_its_threshold_and_predicts() {
         None,
     )
     .unwrap();
-    while !trainer.done() {
-        trainer.run_epoch(&Single).unwrap();
-    }
+    train_to_end(&mut trainer, &Single);
     let history = trainer.history();
     let last = &history[history.len() - 1];
     assert!(
@@ -134,9 +141,7 @@ fn classification_reaches_its_accuracy() {
     )
     .unwrap();
     let mut trainer = Trainer::new(spec, config, table, &Single, None).unwrap();
-    while !trainer.done() {
-        trainer.run_epoch(&Single).unwrap();
-    }
+    train_to_end(&mut trainer, &Single);
     let accuracy = trainer.history()[2].val["accuracy"];
     assert!(
         accuracy >= 0.95,
@@ -155,9 +160,7 @@ fn the_same_seed_gives_the_same_bits() {
             None,
         )
         .unwrap();
-        while !trainer.done() {
-            trainer.run_epoch(&Single).unwrap();
-        }
+        train_to_end(&mut trainer, &Single);
         trainer.model_bytes()
     };
     assert_eq!(run(), run());
@@ -231,9 +234,7 @@ fn resuming_from_a_checkpoint_equals_training_straight_through() {
             None,
         )
         .unwrap();
-        while !trainer.done() {
-            trainer.run_epoch(&Single).unwrap();
-        }
+        train_to_end(&mut trainer, &Single);
         (trainer.model_bytes(), trainer.history_json())
     };
     let mut first = Trainer::new(
@@ -255,9 +256,7 @@ fn resuming_from_a_checkpoint_equals_training_straight_through() {
     )
     .unwrap();
     assert_eq!(resumed.history().len(), 1);
-    while !resumed.done() {
-        resumed.run_epoch(&Single).unwrap();
-    }
+    train_to_end(&mut resumed, &Single);
     assert!(
         resumed.model_bytes() == straight.0,
         "resumed weights differ from straight-through training"
@@ -508,9 +507,7 @@ fn a_checkpoint_with_every_epoch_done_is_done_at_once() {
         None,
     )
     .unwrap();
-    while !trainer.done() {
-        trainer.run_epoch(&Single).unwrap();
-    }
+    train_to_end(&mut trainer, &Single);
     let checkpoint = trainer.checkpoint();
     let again = |epochs: &'static str| {
         Trainer::new(
@@ -724,9 +721,7 @@ fn softmax_classification_reaches_its_accuracy_with_both_crossentropies() {
             None,
         )
         .unwrap();
-        while !trainer.done() {
-            trainer.run_epoch(&Single).unwrap();
-        }
+        train_to_end(&mut trainer, &Single);
         let last = trainer.history().last().unwrap();
         assert!(
             last.val["accuracy"] >= 0.95,

@@ -28,31 +28,9 @@ public class HorovodContextTest {
         POOL.shutdownNow();
     }
 
-    /** Runs {@code body} with a context on each of {@code size} connected ranks; results in rank order. */
     private static <T> List<T> onRanks(int size, byte[][] secrets, Function<HorovodContext, T> body)
             throws Exception {
-        List<NativeCommunicator.Listener> listeners = new ArrayList<>();
-        List<String> addresses = new ArrayList<>();
-        for (int r = 0; r < size; r++) {
-            NativeCommunicator.Listener listener = new NativeCommunicator.Listener("127.0.0.1:0");
-            listeners.add(listener);
-            addresses.add("127.0.0.1:" + listener.port());
-        }
-        List<Future<T>> futures = new ArrayList<>();
-        for (int r = 0; r < size; r++) {
-            int rank = r;
-            futures.add(POOL.submit(() -> {
-                try (NativeEngine engine = listeners.get(rank).connect(rank, addresses, secrets[rank], 5_000, 5_000)
-                        .startEngine(ENGINE_CONFIG)) {
-                    return body.apply(new HorovodContext(rank, size, rank, size, List.of(), engine));
-                }
-            }));
-        }
-        List<T> results = new ArrayList<>();
-        for (Future<T> future : futures) {
-            results.add(future.get(30, TimeUnit.SECONDS));
-        }
-        return results;
+        return LoopbackRanks.run(size, secrets, body);
     }
 
     @Test

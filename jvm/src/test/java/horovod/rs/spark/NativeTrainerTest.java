@@ -58,30 +58,8 @@ public class NativeTrainerTest {
                 List.of("y"), false, Long.MAX_VALUE);
     }
 
-    /** Runs {@code body} with a context on each of {@code size} connected ranks; results in rank order. */
     private static <T> List<T> onRanks(int size, Function<HorovodContext, T> body) throws Exception {
-        List<NativeCommunicator.Listener> listeners = new ArrayList<>();
-        List<String> addresses = new ArrayList<>();
-        for (int r = 0; r < size; r++) {
-            NativeCommunicator.Listener listener = new NativeCommunicator.Listener("127.0.0.1:0");
-            listeners.add(listener);
-            addresses.add("127.0.0.1:" + listener.port());
-        }
-        List<Future<T>> futures = new ArrayList<>();
-        for (int r = 0; r < size; r++) {
-            int rank = r;
-            futures.add(POOL.submit(() -> {
-                try (NativeEngine engine = listeners.get(rank).connect(rank, addresses, SECRET, 5_000, 5_000)
-                        .startEngine(ENGINE_CONFIG)) {
-                    return body.apply(new HorovodContext(rank, size, rank, size, List.of(), engine));
-                }
-            }));
-        }
-        List<T> results = new ArrayList<>();
-        for (Future<T> future : futures) {
-            results.add(future.get(60, TimeUnit.SECONDS));
-        }
-        return results;
+        return LoopbackRanks.run(size, body);
     }
 
     /** What a rank ends with. */
