@@ -128,12 +128,19 @@ $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 	touch $@
 
 # Horovod's PyTorch API under the launcher with 2 and 3 processes, the launcher
-# itself, and a Horovod-style training script (exits 1 below 90% accuracy).
-python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.pytest
+# itself, a Horovod-style training script (exits 1 below 90% accuracy), and the
+# tf.keras API with 2 processes.
+python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pytest
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	$(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_launcher
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) examples/pytorch/train_generated.py --epochs 2 --fp16-allreduce
+	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_keras
+
+$(VENV)/.tensorflow:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q tensorflow-cpu
+	touch $@
 
 ## Benchmarks ----------------------------------------------------------------
 

@@ -1,0 +1,35 @@
+"""Collectives on numpy arrays: what framework bindings without their own tensor plumbing
+(tf.keras) build on. Names work as in horovod_rs.torch."""
+
+import numpy as np
+
+from horovod_rs.common import basics
+
+_DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int32", "int64", "float16", "float32", "float64")}
+
+
+def _dtype_name(array):
+    try:
+        return _DTYPES[array.dtype]
+    except KeyError:
+        raise ValueError("horovod_rs cannot run collectives on arrays of type %s" % array.dtype) from None
+
+
+def _run(kind, array, name, **options):
+    array = np.ascontiguousarray(array)
+    work = basics.state().rank.submit(kind, name or basics.next_name(kind), array.reshape(-1).view(np.uint8),
+                                      _dtype_name(array), list(array.shape), **options)
+    data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
+    return np.frombuffer(data, dtype=array.dtype).reshape(shape).copy()
+
+
+def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return _run("allreduce", array, name, op=op, prescale=prescale_factor, postscale=postscale_factor)
+
+
+def broadcast(array, root_rank, name=None):
+    return _run("broadcast", array, name, root=root_rank)
+
+
+def allgather(array, name=None):
+    return _run("allgather", array, name)

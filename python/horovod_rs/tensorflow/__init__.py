@@ -1,0 +1,1 @@
+"""horovod_rs for TensorFlow: see horovod_rs.tensorflow.keras."""

@@ -1,0 +1,65 @@
+"""horovod_rs.tensorflow.keras under the launcher: ``horovodrs -np 2 python -m pytest python/tests_keras``."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import horovod_rs.tensorflow.keras as hvd  # noqa: E402
+from horovod_rs.common import arrays  # noqa: E402
+
+hvd.init()
+N, R = hvd.size(), hvd.rank()
+tf.config.threading.set_intra_op_parallelism_threads(1)
+
+
+def data():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(16 * N, 3)).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5]], dtype="float32") + 0.3).astype("float32")
+    return x, y
+
+
+def model(seed):
+    tf.keras.utils.set_random_seed(seed)
+    m = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4, activation="tanh"),
+                             tf.keras.layers.Dense(1)])
+    return m
+
+
+def test_allreduce_and_broadcast_of_tf_tensors():
+    assert np.allclose(hvd.allreduce(tf.constant([float(R), 1.0]), name="k.ar").numpy(), [(N - 1) / 2, 1.0])
+    assert np.allclose(hvd.broadcast(tf.constant([float(R)]), root_rank=N - 1, name="k.bc").numpy(), [N - 1.0])
+
+
+def test_distributed_fit_matches_one_process_on_the_full_batch():
+    x, y = data()
+    shard = slice(16 * R, 16 * (R + 1))
+    # Different seeds per rank: the broadcast callback must make them start equal.
+    net = model(seed=100 + R)
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1)), loss="mse")
+    history = net.fit(x[shard], y[shard], batch_size=16, epochs=5, shuffle=False, verbose=0,
+                      callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                 hvd.callbacks.MetricAverageCallback()])
+    weights = np.concatenate([w.reshape(-1) for w in net.get_weights()])
+    everyone = arrays.allgather(weights[None, :], name="k.weights")
+    assert all(np.array_equal(everyone[r], everyone[0]) for r in range(N)), "ranks differ"
+
+    single = model(seed=100)  # rank 0's initial weights
+    single.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    single.fit(x, y, batch_size=16 * N, epochs=5, shuffle=False, verbose=0)
+    expected = np.concatenate([w.reshape(-1) for w in single.get_weights()])
+    assert np.allclose(weights, expected, atol=1e-5)
+    losses = arrays.allgather(np.array([history.history["loss"][-1]]), name="k.loss")
+    assert np.allclose(losses, losses[0]), "MetricAverageCallback leaves every rank the same loss"
+
+
+def test_learning_rate_warmup_reaches_the_initial_rate():
+    x, y = data()
+    net = model(seed=1)
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.05)), loss="mse")
+    net.fit(x[:16], y[:16], batch_size=8, epochs=2, verbose=0,
+            callbacks=[hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.05, warmup_epochs=1)])
+    assert np.isclose(float(net.optimizer.learning_rate.numpy()), 0.05)
