@@ -259,6 +259,39 @@ mod tests {
         assert!((Loss::BinaryCrossentropy.row(&[0.8], &[1.0]) + 0.8f64.ln()).abs() < 1e-6);
     }
 
+    /// A metric named by a loss averages the loss's rows; over a batch that
+    /// must equal the loss the optimizer minimises, or the reported training
+    /// loss would not be the one trained on.
+    #[test]
+    fn metrics_named_by_a_loss_equal_the_batch_loss() {
+        // Two rows of two values each.
+        let pred = [0.9f32, 0.2, 0.3, 0.6];
+        let label = [1.0f32, 0.0, 0.0, 1.0];
+        // mse: ((0.1^2 + 0.2^2) / 2 + (0.3^2 + 0.4^2) / 2) / 2 = (0.025 + 0.125) / 2 = 0.075
+        // mae: ((0.1 + 0.2) / 2 + (0.3 + 0.4) / 2) / 2 = 0.25
+        let hand = [("mse", 0.075), ("mae", 0.25)];
+        for (name, value) in hand {
+            let metric = Metric::parse(name).unwrap();
+            assert_eq!(metric.name(), name);
+            let sum = metric.row(&pred[..2], &label[..2]) + metric.row(&pred[2..], &label[2..]);
+            assert!((metric.finish(sum, 2.0) - value).abs() < 1e-6, "{name}");
+        }
+        for name in [
+            "mse",
+            "mae",
+            "binary_crossentropy",
+            "categorical_crossentropy",
+        ] {
+            let metric = Metric::parse(name).unwrap();
+            let Metric::Loss(loss) = metric else {
+                panic!("{name} is not a loss metric")
+            };
+            let sum = metric.row(&pred[..2], &label[..2]) + metric.row(&pred[2..], &label[2..]);
+            let batch = scalar(loss.tensor(&t(&pred, 2), &t(&label, 2)).unwrap());
+            assert!((metric.finish(sum, 2.0) - batch).abs() < 1e-6, "{name}");
+        }
+    }
+
     #[test]
     fn metrics_match_hand_computed_values() {
         assert_eq!(Metric::Accuracy.row(&[0.7], &[1.0]), 1.0);
