@@ -81,9 +81,33 @@ def test_broadcast_from_every_root():
 def test_alltoall_with_splits():
     # Rank r sends r + 1 rows to every rank, each row holding the sender's rank.
     sent = torch.full(((R + 1) * N, 1), float(R))
-    received = hvd.alltoall(sent, splits=[R + 1] * N)
+    received, received_splits = hvd.alltoall(sent, splits=[R + 1] * N)
     expected = torch.cat([torch.full((r + 1, 1), float(r)) for r in range(N)])
     assert torch.equal(received, expected)
+    assert received_splits.dtype == torch.int32
+    assert received_splits.tolist() == [r + 1 for r in range(N)]
+
+
+def test_alltoall_without_splits_returns_the_rows_only():
+    received = hvd.alltoall(torch.full((N, 2), float(R)))
+    assert torch.equal(received, torch.arange(N, dtype=torch.float32).repeat_interleave(2).reshape(N, 2))
+
+
+def test_alltoall_splits_that_do_not_cover_the_tensor_are_refused():
+    with pytest.raises(ValueError, match="summing to the first dimension"):
+        hvd.alltoall(torch.zeros(N + 1, 1), splits=[1] * N)
+
+
+def test_join_returns_the_last_rank_to_join_on_every_rank():
+    import time
+
+    time.sleep(0.2 * (R == N - 1))
+    assert hvd.join() == N - 1
+
+
+def test_build_queries_answer_like_horovod_without_mpi_gloo_or_nccl():
+    assert not hvd.mpi_built() and not hvd.gloo_built() and not hvd.nccl_built()
+    assert not hvd.cuda_built() and not hvd.mpi_threads_supported()
 
 
 def test_reducescatter():

@@ -31,6 +31,11 @@ def _engine_config(env):
         lines.append("fusion_threshold_bytes=" + env["HOROVOD_FUSION_THRESHOLD"])
     if "HOROVOD_CYCLE_TIME" in env:  # milliseconds, as in Horovod
         lines.append("cycle_time_ms=" + str(max(1, int(float(env["HOROVOD_CYCLE_TIME"])))))
+    # Horovod's stall knobs (seconds): warn about, then fail, a tensor some ranks never submit.
+    if "HOROVOD_STALL_CHECK_TIME_SECONDS" in env:
+        lines.append("stall_warning_ms=%d" % (float(env["HOROVOD_STALL_CHECK_TIME_SECONDS"]) * 1000))
+    if float(env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0")) > 0:
+        lines.append("stall_timeout_ms=%d" % (float(env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"]) * 1000))
     return "\n".join(lines)
 
 
@@ -105,3 +110,45 @@ def next_name(kind):
     s = state()
     s.counter += 1
     return "%s.noname.%d" % (kind, s.counter)
+
+
+# Horovod's build queries: scripts branch on them. This build has its own TCP and shared-memory
+# transports (no MPI, Gloo, DDL or oneCCL) and runs collectives on CPU tensors.
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False

@@ -13,13 +13,23 @@ import torch
 
 from horovod_rs.common import basics
 from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
+    ccl_built,
     cross_rank,
     cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
     init,
     is_initialized,
     local_rank,
     local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
     rank,
+    rocm_built,
     shutdown,
     size,
 )
@@ -74,13 +84,17 @@ def _from_bytes(data, dtype, shape):
     return result.reshape(shape)
 
 
-def _submit(kind, tensor, name, output=None, **options):
+def _submit(kind, tensor, name, output=None, received_splits=None, **options):
+    """Submits a named collective; the handle remembers where its result goes.
+
+    ``received_splits`` is the work of the alltoall that tells this rank how many rows each rank
+    sent it (Horovod's alltoall returns them beside the data)."""
     name = name or basics.next_name(kind)
     work = basics.state().rank.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape),
                                       **options)
     _next_handle[0] += 1
     handle = _next_handle[0]
-    _handles[handle] = (work, tensor.dtype, output)
+    _handles[handle] = (work, tensor.dtype, output, received_splits)
     return handle
 
 
@@ -94,14 +108,24 @@ def _op(op, average):
 
 def poll(handle):
     """Whether the collective behind ``handle`` has finished."""
-    return _handles[handle][0].done()
+    work, _, _, received_splits = _handles[handle]
+    return work.done() and (received_splits is None or received_splits.done())
 
 
 def synchronize(handle):
-    """Waits for ``handle`` and returns its result (written into the tensor for in-place calls)."""
+    """Waits for ``handle`` and returns its result (written into the tensor for in-place calls);
+    for an alltoall, ``(result, received_splits)`` as in Horovod."""
     if handle not in _handles:
         raise ValueError("unknown or already synchronized handle %r" % handle)
-    work, dtype, output = _handles.pop(handle)
+    work, dtype, output, received_splits = _handles.pop(handle)
+    result = _wait(work, dtype, output)
+    if received_splits is not None:
+        data, shape = received_splits.wait(basics.DEFAULT_TIMEOUT_S)
+        return result, _from_bytes(data, torch.int32, shape).reshape(-1)
+    return result
+
+
+def _wait(work, dtype, output):
     if output is not None and output.is_contiguous() and output.device.type == "cpu":
         # In place: the result goes straight into the tensor's memory.
         work.wait_into(_byte_view(output), basics.DEFAULT_TIMEOUT_S)
@@ -198,12 +222,22 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
             raise ValueError("alltoall without splits needs a first dimension divisible by %d" % n)
         splits = [tensor.shape[0] // n] * n
     splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-    return _submit("alltoall", tensor, name, splits=splits)
+    if len(splits) != n or sum(splits) != tensor.shape[0]:
+        raise ValueError("alltoall splits %s need one entry per rank (%d) summing to the first dimension %d"
+                         % (splits, n, tensor.shape[0]))
+    name = name or basics.next_name("alltoall")
+    # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
+    counts = torch.tensor(splits, dtype=torch.int32).reshape(n, 1)
+    received = basics.state().rank.submit("alltoall", name + ".splits", _byte_view(counts), "int32", [n, 1],
+                                          splits=[1] * n)
+    return _submit("alltoall", tensor, name, received_splits=received, splits=splits)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    """Rank r's ``splits[i]`` rows go to rank i; returns the rows this rank received, by sender."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    """Rank r's ``splits[i]`` rows go to rank i. Returns the rows this rank received, by sender;
+    with ``splits`` given, ``(rows, received_splits)`` as in Horovod."""
+    output, received_splits = synchronize(alltoall_async(tensor, splits, name))
+    return output if splits is None else (output, received_splits)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None):
@@ -217,6 +251,19 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def barrier(process_set=None):
     synchronize(_submit("barrier", torch.zeros(0, dtype=torch.uint8), None))
+
+
+def join(device=-1):
+    """Waits until every rank has called ``join`` and returns the rank that called it last.
+
+    Unlike Horovod's, a rank waiting here does not yet stand in (with zeros) for the collectives
+    the other ranks still submit: with uneven data, a rank that joins early leaves the others'
+    allreduces waiting until the stall timeout fails them, naming the missing rank. Give every
+    rank the same number of batches (e.g. ``DistributedSampler(drop_last=True)``) until then."""
+    import time
+
+    arrivals = allgather(torch.tensor([time.time()], dtype=torch.float64), name=basics.next_name("join"))
+    return int(torch.argmax(arrivals).item())
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
