@@ -269,3 +269,89 @@ fn duplicate_names_and_shutdown_are_errors_not_hangs() {
     assert!(matches!(err, Error::EngineStopped { .. }), "{err}");
     assert!(matches!(later, Error::EngineStopped { .. }), "{later}");
 }
+
+fn join_request() -> Request {
+    Request {
+        name: "join".into(),
+        operation: Operation::Join,
+        dtype: DataType::I32,
+        shape: Vec::new(),
+        data: 0i32.to_ne_bytes().to_vec(),
+    }
+}
+
+fn joined_last(output: &Output) -> i32 {
+    i32::from_ne_bytes(output.data[..4].try_into().unwrap())
+}
+
+/// Horovod's uneven data: rank `r` runs `r + 1` steps, then joins; the ranks
+/// still running get sums to which the joined ranks contribute zeros, an
+/// allgather without their rows, and every join answers the last rank.
+#[test]
+fn joined_ranks_stand_in_with_zeros_until_every_rank_joins() {
+    let size = 3;
+    let results = run(size, EngineConfig::default(), move |rank, engine| {
+        let mut sums = Vec::new();
+        for step in 0..=rank {
+            let name = format!("grad.{step}");
+            let value = (rank + 1) as f64;
+            let mut h = engine
+                .submit(request(
+                    &name,
+                    Operation::allreduce(ReduceOp::Sum),
+                    &[value, 1.0],
+                ))
+                .unwrap();
+            sums.push(to_f64s(&h.wait(WAIT).unwrap().data));
+            let gathered = Request {
+                name: format!("rows.{step}"),
+                operation: Operation::Allgather,
+                dtype: DataType::F64,
+                shape: vec![1],
+                data: f64s(&[rank as f64]),
+            };
+            let rows = to_f64s(&engine.submit(gathered).unwrap().wait(WAIT).unwrap().data);
+            assert_eq!(rows, (step..size).map(|r| r as f64).collect::<Vec<_>>());
+        }
+        let last = joined_last(&engine.submit(join_request()).unwrap().wait(WAIT).unwrap());
+        (sums, last)
+    });
+    for (rank, (sums, last)) in results.into_iter().enumerate() {
+        assert_eq!(last, 2, "rank {rank}");
+        for (step, sum) in sums.iter().enumerate() {
+            // Ranks step..size took part in step `step`; values are rank + 1.
+            let expected: f64 = (step..size).map(|r| (r + 1) as f64).sum();
+            assert_eq!(
+                sum,
+                &vec![expected, (size - step) as f64],
+                "rank {rank} step {step}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_broadcast_from_a_joined_root_fails_naming_it() {
+    let results = run(2, EngineConfig::default(), move |rank, engine| {
+        if rank == 0 {
+            return engine
+                .submit(join_request())
+                .unwrap()
+                .wait(WAIT)
+                .map(|o| joined_last(&o).to_string());
+        }
+        let outcome = engine
+            .submit(request("weights", Operation::Broadcast { root: 0 }, &[1.0]))
+            .unwrap()
+            .wait(WAIT)
+            .map(|_| "broadcast".to_string());
+        engine.submit(join_request()).unwrap().wait(WAIT).unwrap();
+        outcome
+    });
+    assert_eq!(results[0].as_ref().unwrap(), "1");
+    let error = results[1].as_ref().unwrap_err().to_string();
+    assert!(
+        error.contains("broadcast from rank 0, which has joined"),
+        "{error}"
+    );
+}

@@ -26,7 +26,7 @@ use crate::reduce::ReduceOp;
 
 use super::coordinator::Coordinator;
 use super::fusion::{Batch, FusionBuffer};
-use super::handle::Completer;
+use super::handle::{self, Completer};
 use super::message::ReadyResponse;
 use super::negotiation::{AfterBits, RankState};
 use super::request::{Operation, Output, Request};
@@ -192,13 +192,12 @@ impl<T: Transport> Background<T> {
     fn execute(&mut self, batch: Batch) -> Result<()> {
         let mut submissions = Vec::with_capacity(batch.responses.len());
         for response in &batch.responses {
-            let name = &response.meta.name;
-            let submission = self
-                .tensors
-                .remove(name)
-                .ok_or_else(|| Error::ControlMessage {
-                    detail: format!("tensor '{name}' was planned but has no data here"),
-                })?;
+            // Planned without data here only while this rank has joined
+            // (the negotiation refuses it otherwise): stand in for it.
+            let submission = match self.tensors.remove(&response.meta.name) {
+                Some(submission) => submission,
+                None => stand_in(response)?,
+            };
             submissions.push(submission);
         }
         let result = if batch.responses.len() == 1 {
@@ -244,6 +243,13 @@ impl<T: Transport> Background<T> {
             Operation::Barrier => {
                 self.transport.barrier()?;
                 Vec::new()
+            }
+            Operation::Join => {
+                let last = response.first_dims.first().copied().unwrap_or(0);
+                let last = i32::try_from(last).map_err(|_| Error::ControlMessage {
+                    detail: format!("join answered rank {last}"),
+                })?;
+                last.to_ne_bytes().to_vec()
             }
             Operation::Broadcast { root } => {
                 let mut data = std::mem::take(&mut request.data);
@@ -315,6 +321,44 @@ impl<T: Transport> Background<T> {
         }
         Ok(outputs)
     }
+}
+
+/// What a joined rank contributes to a collective it never submitted: zeros
+/// to an allreduce, no rows to an allgather, a buffer a broadcast fills, no
+/// data to a barrier. Nobody waits for its result.
+fn stand_in(response: &ReadyResponse) -> Result<Submission> {
+    let meta = &response.meta;
+    let mut shape = meta.shape.clone();
+    let data = match meta.operation {
+        Operation::Allreduce { .. } | Operation::Broadcast { .. } => vec![0; meta.bytes()],
+        Operation::Allgather => {
+            if let Some(first) = shape.first_mut() {
+                *first = 0;
+            }
+            Vec::new()
+        }
+        Operation::Barrier => Vec::new(),
+        _ => {
+            return Err(Error::ControlMessage {
+                detail: format!(
+                    "{} '{}' was planned but has no data here",
+                    meta.operation.kind(),
+                    meta.name
+                ),
+            })
+        }
+    };
+    let (_, completer) = handle::pair(&meta.name);
+    Ok(Submission {
+        request: Request {
+            name: meta.name.clone(),
+            operation: meta.operation.clone(),
+            dtype: meta.dtype,
+            shape,
+            data,
+        },
+        completer,
+    })
 }
 
 /// What the transport's allreduce computes for an allreduce response; the

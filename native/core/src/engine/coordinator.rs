@@ -9,6 +9,12 @@
 //! [`StallPolicy`]. The ordered [`ResponseList`] goes back to every rank
 //! (Horovod's `controller` on its coordinator rank).
 //!
+//! Join (Horovod's): a rank that submits [`Operation::Join`] counts as
+//! having submitted every other tensor until all ranks have joined, so the
+//! others' collectives complete without it (its engine stands in for it);
+//! the join itself waits, without stalling, for every rank and answers with
+//! the rank that joined last (in `first_dims`).
+//!
 //! Invariant: the order of the responses is decided here, once, and every
 //! rank executes them in that order; that is what lets ranks submit in
 //! different orders without deadlocking. Sans-IO: bytes in, bytes out, the
@@ -59,6 +65,10 @@ pub(crate) struct Coordinator {
     stall: StallPolicy,
     /// Sorted by name, so stall verdicts come out in a stable order.
     table: BTreeMap<String, Waiting>,
+    /// `joined[r]`: rank `r` has submitted a join that is not complete.
+    joined: Vec<bool>,
+    /// The rank whose join arrived last.
+    last_joined: usize,
 }
 
 impl Coordinator {
@@ -67,15 +77,17 @@ impl Coordinator {
             size,
             stall,
             table: BTreeMap::new(),
+            joined: vec![false; size],
+            last_joined: 0,
         }
     }
 
     /// True when a waiting tensor is due a warning or a failure, so this
     /// cycle needs a round even if no rank has new tensors.
     pub fn wants_round(&self, now: Instant) -> bool {
-        self.table
-            .values()
-            .any(|w| self.stall.verdict(w.first_seen, w.last_warned, now) != Verdict::Wait)
+        self.table.values().any(|w| {
+            !w.is_join() && self.stall.verdict(w.first_seen, w.last_warned, now) != Verdict::Wait
+        })
     }
 
     /// Number of tensors waiting for some ranks.
@@ -96,14 +108,15 @@ impl Coordinator {
         for (rank, bytes) in lists.iter().enumerate() {
             let list = RequestList::decode(bytes)?;
             for (meta, age) in list.requests {
-                if let Some(response) = self.add(rank, meta, age, now)? {
-                    responses.push(response);
-                }
+                responses.extend(self.add(rank, meta, age, now)?);
             }
         }
         let mut warnings = Vec::new();
         let mut stalled = Vec::new();
         for (name, waiting) in &mut self.table {
+            if waiting.is_join() {
+                continue; // A rank may wait in join as long as the others train.
+            }
             let verdict = self
                 .stall
                 .verdict(waiting.first_seen, waiting.last_warned, now);
@@ -138,14 +151,15 @@ impl Coordinator {
         })
     }
 
-    /// Records `rank`'s submission; the response if it was the last one.
+    /// Records `rank`'s submission; the responses it completes (its own if
+    /// it was the last one; for a join, those that waited only for `rank`).
     fn add(
         &mut self,
         rank: usize,
         meta: TensorMeta,
         age: Duration,
         now: Instant,
-    ) -> Result<Option<Response>> {
+    ) -> Result<Vec<Response>> {
         let submitted_at = now.checked_sub(age).unwrap_or(now);
         let size = self.size;
         let name = meta.name.clone();
@@ -161,35 +175,133 @@ impl Coordinator {
             });
         }
         waiting.first_seen = waiting.first_seen.min(submitted_at);
+        let joins = meta.operation == Operation::Join;
         waiting.metas[rank] = Some(meta);
         waiting.arrived += 1;
-        if waiting.arrived < size {
-            return Ok(None);
+        if joins {
+            self.joined[rank] = true;
+            self.last_joined = rank;
+            let everyone = waiting.arrived == size;
+            // The ranks still training no longer wait for this one (nor, once
+            // everyone has joined, for anyone: tensors submitted before a
+            // join complete before it).
+            let complete: Vec<String> = self
+                .table
+                .iter()
+                .filter(|(_, w)| !w.is_join() && w.complete(&self.joined))
+                .map(|(n, _)| n.clone())
+                .collect();
+            let mut responses: Vec<Response> = complete
+                .into_iter()
+                .filter_map(|n| self.finish(n))
+                .collect();
+            if everyone {
+                self.joined.fill(false);
+                let metas = self
+                    .table
+                    .remove(&name)
+                    .map(|w| w.metas)
+                    .unwrap_or_default();
+                responses.push(decide(name, metas, &[self.last_joined]));
+            }
+            return Ok(responses);
         }
-        let Some(waiting) = self.table.remove(&name) else {
-            return Ok(None);
-        };
-        let metas: Vec<TensorMeta> = waiting.metas.into_iter().flatten().collect();
-        Ok(Some(decide(name, metas)))
+        if !waiting.complete(&self.joined) {
+            return Ok(Vec::new());
+        }
+        Ok(self.finish(name).into_iter().collect())
+    }
+
+    /// The response for a waiting tensor every rank has submitted or joined.
+    fn finish(&mut self, name: String) -> Option<Response> {
+        let waiting = self.table.remove(&name)?;
+        let joined: Vec<usize> = (0..self.size)
+            .filter(|&r| waiting.metas[r].is_none())
+            .collect();
+        if let Some(detail) = unsupported_while_joined(&waiting, &joined) {
+            return Some(Response::Failed {
+                name,
+                failure: Failure::Mismatch { detail },
+            });
+        }
+        Some(decide(name, waiting.metas, &[]))
     }
 }
 
-/// The response for a name every rank has submitted.
-fn decide(name: String, metas: Vec<TensorMeta>) -> Response {
-    if let Some(detail) = TensorMeta::disagreement(&metas) {
+impl Waiting {
+    fn is_join(&self) -> bool {
+        self.metas
+            .iter()
+            .flatten()
+            .any(|m| m.operation == Operation::Join)
+    }
+
+    /// Every rank has submitted it or has joined.
+    fn complete(&self, joined: &[bool]) -> bool {
+        self.arrived > 0
+            && self
+                .metas
+                .iter()
+                .zip(joined)
+                .all(|(meta, &joined)| meta.is_some() || joined)
+    }
+}
+
+/// Why a tensor cannot run with `joined` ranks standing in, if it cannot.
+fn unsupported_while_joined(waiting: &Waiting, joined: &[usize]) -> Option<String> {
+    if joined.is_empty() {
+        return None;
+    }
+    let meta = waiting.metas.iter().flatten().next()?;
+    match meta.operation {
+        Operation::Alltoall { .. } | Operation::Reducescatter { .. } => Some(format!(
+            "{} cannot run while ranks {joined:?} have joined",
+            meta.operation.kind()
+        )),
+        Operation::Broadcast { root } if joined.contains(&root) => {
+            Some(format!("broadcast from rank {root}, which has joined"))
+        }
+        _ => None,
+    }
+}
+
+/// The response for a name every rank has submitted (`metas[r]` is rank
+/// `r`'s, `None` for a rank that has joined and stands in). `join_result`
+/// becomes a join's `first_dims`.
+fn decide(name: String, metas: Vec<Option<TensorMeta>>, join_result: &[usize]) -> Response {
+    let Some(first) = metas.iter().flatten().next().cloned() else {
+        return Response::Failed {
+            name,
+            failure: Failure::Mismatch {
+                detail: "no rank submitted it".into(),
+            },
+        };
+    };
+    // A joined rank agrees with everyone: it takes the first submitter's metadata.
+    let filled: Vec<TensorMeta> = metas
+        .iter()
+        .map(|m| m.clone().unwrap_or_else(|| first.clone()))
+        .collect();
+    if let Some(detail) = TensorMeta::disagreement(&filled) {
         return Response::Failed {
             name,
             failure: Failure::Mismatch { detail },
         };
     }
-    let first_dims = match metas[0].operation {
+    let first_dims = match first.operation {
         Operation::Allgather => metas
             .iter()
-            .map(|m| m.shape.first().copied().unwrap_or(0))
+            .map(|m| {
+                m.as_ref()
+                    .and_then(|m| m.shape.first().copied())
+                    .unwrap_or(0)
+            })
             .collect(),
+        Operation::Join => join_result.to_vec(),
         _ => Vec::new(),
     };
-    let mut metas = metas;
-    let meta = metas.swap_remove(0);
-    Response::Ready(ReadyResponse { meta, first_dims })
+    Response::Ready(ReadyResponse {
+        meta: first,
+        first_dims,
+    })
 }

@@ -151,7 +151,7 @@ impl Writer {
             Operation::Broadcast { root } => self.usize(*root),
             Operation::Alltoall { splits } => self.usizes(splits),
             Operation::Reducescatter { op } => self.u8(op.code()),
-            Operation::Allgather | Operation::Barrier => {}
+            Operation::Allgather | Operation::Barrier | Operation::Join => {}
         }
     }
 }
@@ -248,6 +248,7 @@ impl<'a> Reader<'a> {
                 op: self.reduce_op()?,
             },
             6 => Operation::Barrier,
+            7 => Operation::Join,
             other => return Err(self.error(format!("unknown operation {other}"))),
         };
         Ok(TensorMeta {
@@ -383,6 +384,7 @@ mod tests {
             },
             Operation::Reducescatter { op: ReduceOp::Max },
             Operation::Barrier,
+            Operation::Join,
         ];
         ops.into_iter()
             .zip(DataType::ALL)

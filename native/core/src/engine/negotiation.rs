@@ -20,6 +20,13 @@
 //!    cached-ready tensors in position order, then the negotiated ones in the
 //!    coordinator's order, fused into batches; and the tensors that failed.
 //!
+//! A rank that has joined (submitted [`Operation::Join`]) stands in for
+//! tensors it never submitted: it asks for a round every cycle and clears
+//! every "still valid" bit, so while it waits the cache is empty on every
+//! rank and each tensor goes through the coordinator, which counts the
+//! joined rank in; the plan then holds responses this rank has no data for,
+//! and the engine's thread supplies it.
+//!
 //! Invariant: every rank executes the same batches in the same order. It
 //! holds because the plan is a pure function of the AND result, the
 //! broadcast response list and the response cache, and the cache is itself
@@ -33,7 +40,7 @@ use crate::error::{Error, Result};
 
 use super::fusion::{self, Batch};
 use super::message::{ReadyResponse, RequestList, Response, ResponseList};
-use super::request::TensorMeta;
+use super::request::{Operation, TensorMeta};
 use super::response_cache::{Lookup, ResponseCache};
 
 /// Status bit: set when this rank has nothing for the coordinator.
@@ -95,6 +102,8 @@ pub(crate) struct RankState {
     /// Cache positions this rank wants erased in the next cycle.
     invalidate: BTreeSet<usize>,
     shutting_down: bool,
+    /// This rank has submitted a join that has not completed.
+    joined: bool,
     /// Cached tensors ready everywhere, found in step 2 of this cycle.
     cached_ready: Vec<ReadyResponse>,
 }
@@ -115,6 +124,7 @@ impl RankState {
             unsent: Vec::new(),
             invalidate: BTreeSet::new(),
             shutting_down: false,
+            joined: false,
             cached_ready: Vec::new(),
         }
     }
@@ -149,6 +159,9 @@ impl RankState {
         if stage == Stage::Unsent {
             self.unsent.push(meta.name.clone());
         }
+        if meta.operation == Operation::Join {
+            self.joined = true;
+        }
         let name = meta.name.clone();
         self.pending.insert(
             name,
@@ -172,7 +185,7 @@ impl RankState {
         let per_set = self.cache.capacity().div_ceil(64);
         let mut words = vec![0u64; self.words()];
         let mut status = 0;
-        if self.unsent.is_empty() && !coordinator_due {
+        if self.unsent.is_empty() && !coordinator_due && !self.joined {
             status |= NOTHING_NEW;
         }
         if !self.shutting_down {
@@ -191,7 +204,7 @@ impl RankState {
         }
         let valid = &mut words[1 + per_set..];
         for position in 0..self.cache.capacity() {
-            if !self.invalidate.contains(&position) {
+            if !self.invalidate.contains(&position) && !self.joined {
                 set_bit(valid, position);
             }
         }
@@ -271,7 +284,11 @@ impl RankState {
         for response in list.responses {
             match response {
                 Response::Ready(response) => {
-                    if self.pending.remove(&response.meta.name).is_none() {
+                    if response.meta.operation == Operation::Join {
+                        self.joined = false;
+                    }
+                    // A joined rank stands in for tensors it never submitted.
+                    if self.pending.remove(&response.meta.name).is_none() && !self.joined {
                         return Err(Error::ControlMessage {
                             detail: format!(
                                 "tensor '{}' is ready everywhere but not pending here",

@@ -52,6 +52,14 @@ pub enum Operation {
     },
     /// Completes once every rank has submitted it; carries no data.
     Barrier,
+    /// This rank has run out of data (Horovod's `join`). Until every rank
+    /// has joined, the engine stands in for it in the collectives the other
+    /// ranks submit: zeros for an allreduce, no rows for an allgather, a
+    /// received broadcast. The request is an `i32` scalar (its value is
+    /// ignored); the output is that scalar holding the rank that joined
+    /// last. Alltoall, reducescatter and broadcasts from a joined root fail
+    /// while a rank has joined.
+    Join,
 }
 
 impl Operation {
@@ -73,6 +81,7 @@ impl Operation {
             Operation::Alltoall { .. } => "alltoall",
             Operation::Reducescatter { .. } => "reducescatter",
             Operation::Barrier => "barrier",
+            Operation::Join => "join",
         }
     }
 
@@ -84,6 +93,7 @@ impl Operation {
             Operation::Alltoall { .. } => 4,
             Operation::Reducescatter { .. } => 5,
             Operation::Barrier => 6,
+            Operation::Join => 7,
         }
     }
 
@@ -185,6 +195,12 @@ impl Request {
             Operation::Broadcast { root } if *root >= size => {
                 return invalid(format!("broadcast root {root} is not a rank of {size}"));
             }
+            Operation::Join if self.dtype != DataType::I32 || !self.shape.is_empty() => {
+                return invalid(format!(
+                    "join takes an int32 scalar, not {} of shape {:?}",
+                    self.dtype, self.shape
+                ));
+            }
             Operation::Allgather | Operation::Alltoall { .. } if self.shape.is_empty() => {
                 return invalid(format!("{} needs at least one dimension", self.operation));
             }
@@ -241,7 +257,7 @@ impl TensorMeta {
                 Operation::Allgather | Operation::Alltoall { .. } => {
                     format!("[*, {}]", join(m.shape.iter().skip(1)))
                 }
-                Operation::Barrier => String::new(),
+                Operation::Barrier | Operation::Join => String::new(),
                 _ => format!("{:?}", m.shape),
             }),
         ];

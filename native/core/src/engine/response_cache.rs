@@ -63,9 +63,13 @@ impl ResponseCache {
     }
 
     /// Whether responses like this one are cached. Alltoall splits change
-    /// from step to step, so caching them would only churn the cache.
+    /// from step to step, so caching them would only churn the cache; a
+    /// join's response is a one-off that carries the last rank to join.
     pub fn is_cacheable(response: &ReadyResponse) -> bool {
-        !matches!(response.meta.operation, Operation::Alltoall { .. })
+        !matches!(
+            response.meta.operation,
+            Operation::Alltoall { .. } | Operation::Join
+        )
     }
 
     /// How `meta`, submitted on `rank`, relates to the cache.

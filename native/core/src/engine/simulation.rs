@@ -514,3 +514,97 @@ fn random_faults_fail_identically_and_spare_the_other_tensors() {
         }
     }
 }
+
+fn join_meta() -> TensorMeta {
+    meta("join", Operation::Join, DataType::I32, &[])
+}
+
+/// Runs `cycles` cycles (a joined rank keeps its join in flight, so
+/// `settle` would not return); each rank's batches and failures.
+fn run_cycles(sim: &mut Sim, cycles: usize) -> Outcome {
+    let n = sim.ranks.len();
+    let mut batches = vec![Vec::new(); n];
+    let mut failures = vec![Vec::new(); n];
+    for _ in 0..cycles {
+        let cycle = sim.cycle();
+        for r in 0..n {
+            batches[r].extend(cycle.batches(r));
+            failures[r].extend(cycle.failures(r));
+        }
+    }
+    (batches, failures)
+}
+
+#[test]
+fn a_joined_rank_plans_what_the_others_submit_and_every_join_names_the_last() {
+    let mut sim = Sim::new(3, 16, 1 << 20, lenient());
+    sim.submit(1, join_meta());
+    // The same name step after step: the joined rank keeps the cache empty.
+    for step in 0..3 {
+        for r in [0, 2] {
+            sim.submit(r, sum_f32("grad", 4));
+        }
+        let (batches, failures) = run_cycles(&mut sim, 5);
+        assert!(
+            failures.iter().all(Vec::is_empty),
+            "step {step}: {failures:?}"
+        );
+        for (r, planned) in batches.iter().enumerate() {
+            assert_eq!(
+                planned,
+                &vec![vec!["grad".to_string()]],
+                "step {step} rank {r}"
+            );
+        }
+    }
+    sim.submit(2, join_meta());
+    sim.cycle();
+    sim.submit(0, join_meta());
+    let mut joins = vec![None; 3];
+    for _ in 0..5 {
+        let cycle = sim.cycle();
+        for (r, plan) in cycle.plans.iter().enumerate() {
+            for batch in &plan.batches {
+                joins[r] = Some(batch.responses[0].first_dims.clone());
+            }
+        }
+    }
+    assert_eq!(joins, vec![Some(vec![0]); 3]);
+    // After the join the cache works again: a repeated tensor needs no round.
+    for r in 0..3 {
+        sim.submit(r, sum_f32("grad", 4));
+    }
+    sim.settle(20);
+    let rounds = sim.rounds;
+    for r in 0..3 {
+        sim.submit(r, sum_f32("grad", 4));
+    }
+    sim.settle(20);
+    assert_eq!(sim.rounds, rounds);
+}
+
+#[test]
+fn tensors_submitted_before_the_last_join_complete_before_it() {
+    let mut sim = Sim::new(2, 16, 1 << 20, lenient());
+    sim.submit(0, sum_f32("late", 2));
+    sim.submit(0, join_meta());
+    sim.cycle();
+    sim.submit(1, sum_f32("early", 2));
+    sim.submit(1, join_meta());
+    let (batches, failures) = run_cycles(&mut sim, 5);
+    assert!(failures.iter().all(Vec::is_empty), "{failures:?}");
+    let names = |r: usize| -> Vec<String> { batches[r].iter().flatten().cloned().collect() };
+    // "late" waited for rank 1, "early" ran as soon as rank 1 submitted it (rank 0 had joined).
+    for r in 0..2 {
+        let planned = names(r);
+        assert_eq!(
+            planned.last().map(String::as_str),
+            Some("join"),
+            "rank {r}: {planned:?}"
+        );
+        assert!(
+            planned.contains(&"early".to_string()),
+            "rank {r}: {planned:?}"
+        );
+    }
+}
