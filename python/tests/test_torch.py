@@ -105,6 +105,54 @@ def test_join_returns_the_last_rank_to_join_on_every_rank():
     assert hvd.join() == N - 1
 
 
+def test_join_with_uneven_data_per_rank():
+    # Rank r has r + 1 batches; ranks that ran out contribute zeros until everyone joins.
+    for step in range(R + 1):
+        total = hvd.allreduce(torch.tensor([R + 1.0, 1.0]), op=hvd.Sum, name="uneven.%d" % step)
+        live = range(step, N)
+        assert total.tolist() == [float(sum(r + 1 for r in live)), float(len(live))]
+        average = hvd.allreduce(torch.tensor([float(N)]), name="uneven.avg.%d" % step)
+        assert average.item() == pytest.approx(len(live))  # Horovod divides by size() too
+    assert hvd.join() == N - 1
+
+
+def test_distributed_optimizer_with_uneven_batches_matches_zero_gradients_from_joined_ranks():
+    def batches(rank):
+        g = torch.Generator().manual_seed(rank)
+        return [torch.randn(4, 4, generator=g) for _ in range(rank + 1)]  # rank r has r + 1 batches
+
+    def loss(model, x):
+        return torch.nn.functional.mse_loss(model(x), torch.ones(4, 1))
+
+    model = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for x in batches(R):
+        opt.zero_grad()
+        loss(model, x).backward()
+        opt.step()
+    last = hvd.join()
+    assert last == N - 1
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+
+    # One process: at step s, the gradients of the ranks that still have data, summed, over N.
+    reference = _model()
+    per_rank = [batches(r) for r in range(N)]
+    for step in range(N):
+        grads = None
+        for r in range(step, N):
+            reference.zero_grad()
+            loss(reference, per_rank[r][step]).backward()
+            g = [p.grad.clone() for p in reference.parameters()]
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+        with torch.no_grad():
+            for p, g in zip(reference.parameters(), grads):
+                p -= 0.1 * g / N
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    expected = torch.cat([p.detach().flatten() for p in reference.parameters()])
+    assert torch.allclose(flat, expected, atol=1e-6)
+
+
 def test_build_queries_answer_like_horovod_without_mpi_gloo_or_nccl():
     assert not hvd.mpi_built() and not hvd.gloo_built() and not hvd.nccl_built()
     assert not hvd.cuda_built() and not hvd.mpi_threads_supported()

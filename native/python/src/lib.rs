@@ -160,7 +160,7 @@ impl Rank {
     }
 
     /// Submits a named collective on `data` (`dtype` elements in `shape`); returns its handle.
-    /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter or barrier.
+    /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter, barrier or join.
     #[pyo3(signature = (kind, name, data, dtype_name, shape, op="sum", root=0, prescale=1.0, postscale=1.0, splits=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
@@ -184,6 +184,7 @@ impl Rank {
             "alltoall" => Operation::Alltoall { splits: splits.unwrap_or_default() },
             "reducescatter" => Operation::Reducescatter { op: reduce_op(op)? },
             "barrier" => Operation::Barrier,
+            "join" => Operation::Join,
             other => return Err(PyValueError::new_err(format!("unknown collective {other}"))),
         };
         let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data: data.to_vec(py)? };

@@ -254,16 +254,11 @@ def barrier(process_set=None):
 
 
 def join(device=-1):
-    """Waits until every rank has called ``join`` and returns the rank that called it last.
-
-    Unlike Horovod's, a rank waiting here does not yet stand in (with zeros) for the collectives
-    the other ranks still submit: with uneven data, a rank that joins early leaves the others'
-    allreduces waiting until the stall timeout fails them, naming the missing rank. Give every
-    rank the same number of batches (e.g. ``DistributedSampler(drop_last=True)``) until then."""
-    import time
-
-    arrivals = allgather(torch.tensor([time.time()], dtype=torch.float64), name=basics.next_name("join"))
-    return int(torch.argmax(arrivals).item())
+    """Declares that this rank has run out of data and waits until every rank has; returns the
+    rank that joined last. Meanwhile this rank's engine stands in for it in the collectives the
+    others still submit: zeros to allreduces (an average still divides by ``size()``, as in
+    Horovod), no rows to allgathers; broadcasts from it, alltoall and reducescatter fail."""
+    return int(synchronize(_submit("join", torch.zeros((), dtype=torch.int32), "join")))
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
