@@ -1,10 +1,8 @@
 """The PySpark user's path: HorovodEstimator from Python on a real local-cluster."""
 
 import json
-import os
 
 import pytest
-from pyspark.sql import SparkSession
 
 from horovod_rs.spark.ml import HorovodEstimator
 
@@ -16,19 +14,6 @@ SPEC = {
     ],
     "outputs": ["y_hat"],
 }
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
-        .config("spark.jars", os.environ["HOROVOD_RS_JAR"])
-        .config("spark.plugins", "horovod.rs.spark.HorovodPlugin")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 def data(spark):

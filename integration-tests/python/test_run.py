@@ -1,25 +1,11 @@
 """horovod_rs.spark.run on a real local-cluster, in the Python workers."""
 
-import os
 import time
 
 import pytest
-from pyspark.sql import SparkSession
 
 import horovod_rs.spark
 from horovod_rs.spark.run_api import HorovodRunError
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
-        .config("spark.jars", os.environ["HOROVOD_RS_JAR"])
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 # Functions defined in the tests (not at module level) travel by value: the executors' Python
