@@ -120,7 +120,7 @@ $(VENV)/.pytest:
 
 # horovod_rs (python/): the PyO3 binding built by maturin, installed into the
 # project environment; rebuilt when its sources change.
-PY_SOURCES := $(shell find python native/python/src -name '*.py' -o -name '*.rs' 2>/dev/null) \
+PY_SOURCES := $(shell find python native/python/src native/core/src -name '*.py' -o -name '*.rs' 2>/dev/null) \
               python/pyproject.toml native/python/Cargo.toml
 $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 	$(VENV)/bin/pip install -q maturin cloudpickle
@@ -146,10 +146,14 @@ $(VENV)/.tensorflow:
 
 # A Rossmann-shaped MLP (198-1000-1000-1000-500-1) on 2 processes: horovod_rs's
 # DistributedOptimizer next to torch DistributedDataParallel over gloo.
+# Rounds alternate the two, so that a busy moment on the host hits both.
+BENCH_ROUNDS ?= 3
 bench-python: $(VENV)/.horovod_rs $(VENV)/.torch
 	@echo "impl,procs,batch,steps_per_s"
-	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'
-	@$(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp 2>/dev/null
+	@for round in $$(seq $(BENCH_ROUNDS)); do \
+	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'; \
+	  $(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp 2>/dev/null; \
+	done
 
 # A Rossmann-like DataFrame (18 categorical + 18 continuous columns) into the
 # trainer's tensors on every rank: Arrow straight from the executors versus a

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-WARMUP, STEPS = 5, 30
+WARMUP, STEPS = 5, 100
 
 
 def model():

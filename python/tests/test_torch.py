@@ -50,6 +50,23 @@ def test_in_place_scaled_and_compressed_allreduce():
     assert torch.allclose(compressed, torch.full((3,), 0.5 + (N - 1) / 2))
 
 
+def test_in_place_calls_reduce_in_the_tensors_own_memory():
+    # 2 MiB runs alone in its memory, the small ones fused; a transposed view goes through a copy.
+    big, small = torch.full((512, 1024), float(R)), torch.full((5,), float(R))
+    pointers = (big.data_ptr(), small.data_ptr())
+    strided = torch.arange(6.0).reshape(2, 3).t() * (R + 1)
+    handles = [hvd.allreduce_async_(t, name="inplace.%d" % i, op=hvd.Sum) for i, t in enumerate((big, small, strided))]
+    for h in handles:
+        hvd.synchronize(h)
+    total = float(N * (N - 1) / 2)
+    assert (big.data_ptr(), small.data_ptr()) == pointers
+    assert torch.equal(big, torch.full((512, 1024), total)) and torch.equal(small, torch.full((5,), total))
+    assert torch.equal(strided, torch.arange(6.0).reshape(2, 3).t() * (N * (N + 1) / 2))
+    b = torch.full((300, 1000), float(R))
+    hvd.broadcast_(b, root_rank=N - 1)
+    assert torch.equal(b, torch.full((300, 1000), float(N - 1)))
+
+
 def test_async_submissions_in_different_orders_on_each_rank():
     names = ["order.%d" % i for i in range(20)]
     order = names if R % 2 == 0 else list(reversed(names))

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{say, say_err, Job};
 use horovod_core::{
-    bf16, f16, Communicator, DataType, Engine, EngineConfig, Handle, Operation, Output, ReduceOp,
-    Request,
+    bf16, f16, Communicator, DataType, Engine, EngineConfig, Handle, Operation, Output, Payload,
+    ReduceOp, Request,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -47,7 +47,7 @@ fn tensor(rank: usize, i: usize, len: usize) -> Request {
         operation: Operation::allreduce(ReduceOp::Sum),
         dtype,
         shape: vec![len],
-        data: encode(dtype, (0..len).map(|j| value(rank, i, j))),
+        data: encode(dtype, (0..len).map(|j| value(rank, i, j))).into(),
     }
 }
 
@@ -67,7 +67,7 @@ fn wait(mut handle: Handle) -> Result<Vec<u8>, String> {
     let name = handle.name().to_string();
     handle
         .wait(WAIT)
-        .map(|o| o.data)
+        .map(|o| o.data.into_vec())
         .map_err(|e| format!("{name}: {e}"))
 }
 
@@ -138,7 +138,7 @@ fn request(
         operation,
         dtype,
         shape: shape.to_vec(),
-        data,
+        data: data.into(),
     }
 }
 
@@ -159,7 +159,7 @@ fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
             i32s(&mut (0..4).map(|j| 10 * rank as i32 + j)),
         ),
         Output {
-            data: i32s(&mut (0..4).map(|j| 10 + j)),
+            data: Payload::from(i32s(&mut (0..4).map(|j| 10 + j))),
             shape: vec![2, 2],
         },
     );
@@ -175,7 +175,7 @@ fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
             i64s(&mut rows(r)),
         ),
         Output {
-            data: i64s(&mut (0..n).flat_map(rows)),
+            data: Payload::from(i64s(&mut (0..n).flat_map(rows))),
             shape: vec![total_rows, 2],
         },
     );
@@ -192,7 +192,7 @@ fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
             i64s(&mut (0..n).flat_map(|q| block(r, q))),
         ),
         Output {
-            data: i64s(&mut (0..n).flat_map(|p| block(p, r))),
+            data: Payload::from(i64s(&mut (0..n).flat_map(|p| block(p, r)))),
             shape: vec![total_rows, 3],
         },
     );
@@ -213,10 +213,10 @@ fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
             f32s(&mut (0..rows_total * width).map(|e| (rank + 1) as f32 * e as f32)),
         ),
         Output {
-            data: f32s(
+            data: Payload::from(f32s(
                 &mut (first_row * width..(first_row + my_rows) * width)
                     .map(|e| sum_weights * e as f32),
-            ),
+            )),
             shape: vec![my_rows, width],
         },
     );
@@ -238,7 +238,10 @@ fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
             ),
         ),
         Output {
-            data: bytes((0..3).map(|_| f16::from_f32(sum_weights)), f16::to_ne_bytes),
+            data: Payload::from(bytes(
+                (0..3).map(|_| f16::from_f32(sum_weights)),
+                f16::to_ne_bytes,
+            )),
             shape: vec![3],
         },
     );
@@ -254,10 +257,10 @@ fn collectives(rank: usize, size: usize) -> Vec<(Request, Output)> {
             ),
         ),
         Output {
-            data: bytes(
+            data: Payload::from(bytes(
                 (0..2).map(|_| bf16::from_f32(sum_weights)),
                 bf16::to_ne_bytes,
-            ),
+            )),
             shape: vec![2],
         },
     );

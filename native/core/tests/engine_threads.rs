@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use horovod_core::engine::LocalTransport;
 use horovod_core::{
-    DataType, Engine, EngineConfig, Error, Handle, Operation, Output, ReduceOp, Request,
+    DataType, Engine, EngineConfig, Error, Handle, Operation, Output, Payload, ReduceOp, Request,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -33,7 +33,7 @@ fn request(name: &str, operation: Operation, values: &[f64]) -> Request {
         operation,
         dtype: DataType::F64,
         shape: vec![values.len()],
-        data: f64s(values),
+        data: f64s(values).into(),
     }
 }
 
@@ -118,7 +118,7 @@ fn every_collective_and_scaling_runs_through_the_engine() {
             operation: Operation::Allgather,
             dtype: DataType::F64,
             shape: vec![rank + 1, 1],
-            data: f64s(&vec![r; rank + 1]),
+            data: f64s(&vec![r; rank + 1]).into(),
         };
         let handles = vec![
             engine
@@ -139,7 +139,7 @@ fn every_collective_and_scaling_runs_through_the_engine() {
                     operation: Operation::Barrier,
                     dtype: DataType::U8,
                     shape: vec![0],
-                    data: Vec::new(),
+                    data: Default::default(),
                 })
                 .unwrap(),
             engine
@@ -148,7 +148,7 @@ fn every_collective_and_scaling_runs_through_the_engine() {
                     operation: Operation::Reducescatter { op: ReduceOp::Sum },
                     dtype: DataType::F64,
                     shape: vec![3],
-                    data: f64s(&[1.0, 2.0, 3.0]),
+                    data: f64s(&[1.0, 2.0, 3.0]).into(),
                 })
                 .unwrap(),
         ];
@@ -165,6 +165,49 @@ fn every_collective_and_scaling_runs_through_the_engine() {
         assert!(outputs[4].is_ok());
         let err = outputs[5].as_ref().unwrap_err();
         assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
+}
+
+/// Lent memory: a big tensor (run alone) and two small ones (fused) are
+/// reduced in the lenders' buffers, which come back in the outputs.
+#[test]
+fn lent_tensors_are_reduced_in_the_callers_memory() {
+    let results = run(3, EngineConfig::default(), |rank, engine| {
+        let lengths = [1 << 18, 3, 5]; // 2 MiB of f64, then two small ones
+        let mut buffers: Vec<Vec<u8>> = lengths
+            .iter()
+            .map(|&n| f64s(&vec![rank as f64 + 1.0; n]))
+            .collect();
+        let handles: Vec<Handle> = buffers
+            .iter_mut()
+            .zip(lengths)
+            .enumerate()
+            .map(|(i, (buffer, n))| {
+                // SAFETY: `buffer` lives until the end of the closure and is
+                // read only after its handle has been waited on.
+                let data =
+                    unsafe { Payload::lent(buffer.as_mut_ptr(), buffer.len(), Box::new(())) };
+                let request = Request {
+                    name: format!("lent{i}"),
+                    operation: Operation::allreduce(ReduceOp::Sum),
+                    dtype: DataType::F64,
+                    shape: vec![n],
+                    data,
+                };
+                engine.submit(request).unwrap()
+            })
+            .collect();
+        for (output, buffer) in wait_all(handles).into_iter().zip(&buffers) {
+            let output = output.unwrap();
+            assert!(output.data.is_lent());
+            assert_eq!(output.data.as_ptr(), buffer.as_ptr());
+        }
+        buffers.iter().map(|b| to_f64s(b)).collect::<Vec<_>>()
+    });
+    for buffers in results {
+        for values in buffers {
+            assert!(values.iter().all(|&v| v == 6.0));
+        }
     }
 }
 
@@ -276,7 +319,7 @@ fn join_request() -> Request {
         operation: Operation::Join,
         dtype: DataType::I32,
         shape: Vec::new(),
-        data: 0i32.to_ne_bytes().to_vec(),
+        data: 0i32.to_ne_bytes().to_vec().into(),
     }
 }
 
@@ -308,7 +351,7 @@ fn joined_ranks_stand_in_with_zeros_until_every_rank_joins() {
                 operation: Operation::Allgather,
                 dtype: DataType::F64,
                 shape: vec![1],
-                data: f64s(&[rank as f64]),
+                data: f64s(&[rank as f64]).into(),
             };
             let rows = to_f64s(&engine.submit(gathered).unwrap().wait(WAIT).unwrap().data);
             assert_eq!(rows, (step..size).map(|r| r as f64).collect::<Vec<_>>());

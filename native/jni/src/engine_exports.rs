@@ -170,7 +170,7 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_submitBarrier<'caller
                 operation: Operation::Barrier,
                 dtype: DataType::I8,
                 shape: Vec::new(),
-                data: Vec::new(),
+                data: Default::default(),
             };
             submit_request(engine, request)
         })

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use horovod_core::{
-    connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener, Operation, ReduceOp,
+    connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener, Operation, Payload, ReduceOp,
     RendezvousService, Request,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
@@ -88,10 +88,14 @@ impl Work {
     }
 
     /// Waits like `wait` and writes the result into `out` (a writable byte buffer of exactly the
-    /// result's size, e.g. a tensor's memory), saving the copies of a new bytes object.
+    /// result's size, e.g. a tensor's memory), saving the copies of a new bytes object; nothing is
+    /// copied when the collective ran in `out`'s memory (submitted with `in_place`).
     fn wait_into(&mut self, py: Python<'_>, out: PyBuffer<u8>, timeout_s: f64) -> PyResult<Vec<usize>> {
         let mut handle = self.handle.take().ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
         let output = py.allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s))).map_err(py_err)?;
+        if output.data.is_lent() && output.data.as_ptr() == out.buf_ptr() as *const u8 {
+            return Ok(output.shape);
+        }
         if out.readonly() || out.item_count() != output.data.len() {
             return Err(PyValueError::new_err(format!(
                 "the output buffer holds {} bytes (read-only: {}), the result {}",
@@ -161,14 +165,16 @@ impl Rank {
 
     /// Submits a named collective on `data` (`dtype` elements in `shape`); returns its handle.
     /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter, barrier or join.
-    #[pyo3(signature = (kind, name, data, dtype_name, shape, op="sum", root=0, prescale=1.0, postscale=1.0, splits=None))]
+    /// `in_place`: an allreduce or broadcast runs in `data`'s own memory (a writable, contiguous
+    /// buffer), which the caller must neither read nor write until the handle is waited on.
+    #[pyo3(signature = (kind, name, data, dtype_name, shape, op="sum", root=0, prescale=1.0, postscale=1.0, splits=None, in_place=false))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
         py: Python<'_>,
         kind: &str,
         name: String,
-        data: PyBuffer<u8>,
+        data: &Bound<'_, PyAny>,
         dtype_name: &str,
         shape: Vec<usize>,
         op: &str,
@@ -176,6 +182,7 @@ impl Rank {
         prescale: f64,
         postscale: f64,
         splits: Option<Vec<usize>>,
+        in_place: bool,
     ) -> PyResult<Work> {
         let operation = match kind {
             "allreduce" => Operation::Allreduce { op: reduce_op(op)?, prescale, postscale },
@@ -187,10 +194,30 @@ impl Rank {
             "join" => Operation::Join,
             other => return Err(PyValueError::new_err(format!("unknown collective {other}"))),
         };
-        let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data: data.to_vec(py)? };
+        let in_place = in_place && matches!(operation, Operation::Allreduce { .. } | Operation::Broadcast { .. });
+        let data = payload(py, data, in_place)?;
+        let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data };
         let handle = self.engine.submit(request).map_err(py_err)?;
         Ok(Work { handle: Some(handle) })
     }
+}
+
+/// `data`'s bytes for a request: its own memory when `in_place` (the request keeps a reference to
+/// `data`, so the memory outlives the collective), else a copy.
+fn payload(py: Python<'_>, data: &Bound<'_, PyAny>, in_place: bool) -> PyResult<Payload> {
+    let buffer = PyBuffer::<u8>::get(data)?;
+    if !in_place {
+        return Ok(buffer.to_vec(py)?.into());
+    }
+    if buffer.readonly() || !buffer.is_c_contiguous() {
+        return Err(PyValueError::new_err("an in-place collective needs a writable, contiguous buffer"));
+    }
+    let keeper: Box<dyn Send> = Box::new(data.clone().unbind());
+    // SAFETY: `keeper` holds the exporting object, whose memory (a numpy array over a tensor's
+    // storage, which cannot be resized while referenced) stays put while it lives; the caller
+    // promises not to touch it until the handle is waited on. Dropping `keeper` off the GIL only
+    // queues the reference count decrement, so the engine's thread never waits for the GIL.
+    Ok(unsafe { Payload::lent(buffer.buf_ptr().cast::<u8>(), buffer.item_count(), keeper) })
 }
 
 #[pymodule]

@@ -115,14 +115,14 @@ impl Collectives for EngineCollectives<'_> {
             &len,
         );
         let len = self.run(request)?.data;
-        let len: [u8; 8] = len.as_slice().try_into().map_err(|_| {
+        let len: [u8; 8] = (*len).try_into().map_err(|_| {
             Error::Exchange(format!("'{name}': a length of {} bytes, not 8", len.len()))
         })?;
         let len = u64::from_le_bytes(len) as usize;
         let mut data = bytes;
         data.resize(len, 0);
         let request = Request::from_elements(name, Operation::Broadcast { root }, vec![len], &data);
-        Ok(self.run(request)?.data)
+        Ok(self.run(request)?.data.into_vec())
     }
 }
 

@@ -90,8 +90,10 @@ def _submit(kind, tensor, name, output=None, received_splits=None, **options):
     ``received_splits`` is the work of the alltoall that tells this rank how many rows each rank
     sent it (Horovod's alltoall returns them beside the data)."""
     name = name or basics.next_name(kind)
+    # An in-place call on a contiguous tensor lends the engine the tensor's memory: no copies.
+    in_place = output is tensor and tensor.is_contiguous()
     work = basics.state().rank.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape),
-                                      **options)
+                                      in_place=in_place, **options)
     _next_handle[0] += 1
     handle = _next_handle[0]
     _handles[handle] = (work, tensor.dtype, output, received_splits)

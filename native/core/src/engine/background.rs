@@ -29,6 +29,7 @@ use super::fusion::{Batch, FusionBuffer};
 use super::handle::{self, Completer};
 use super::message::ReadyResponse;
 use super::negotiation::{AfterBits, RankState};
+use super::payload::Payload;
 use super::request::{Operation, Output, Request};
 use super::transport::Transport;
 use crate::collectives::AllreduceOptions;
@@ -242,14 +243,14 @@ impl<T: Transport> Background<T> {
             }
             Operation::Barrier => {
                 self.transport.barrier()?;
-                Vec::new()
+                Payload::default()
             }
             Operation::Join => {
                 let last = response.first_dims.first().copied().unwrap_or(0);
                 let last = i32::try_from(last).map_err(|_| Error::ControlMessage {
                     detail: format!("join answered rank {last}"),
                 })?;
-                last.to_ne_bytes().to_vec()
+                last.to_ne_bytes().to_vec().into()
             }
             Operation::Broadcast { root } => {
                 let mut data = std::mem::take(&mut request.data);
@@ -259,13 +260,15 @@ impl<T: Transport> Background<T> {
             Operation::Allgather => {
                 let bytes: Vec<usize> = response.first_dims.iter().map(|d| d * row_bytes).collect();
                 shape[0] = response.first_dims.iter().sum();
-                self.transport.allgather(dtype, &request.data, &bytes)?
+                self.transport
+                    .allgather(dtype, &request.data, &bytes)?
+                    .into()
             }
             Operation::Alltoall { splits } => {
                 let bytes: Vec<usize> = splits.iter().map(|s| s * row_bytes).collect();
                 let data = self.transport.alltoall(dtype, &request.data, &bytes)?;
                 shape[0] = data.len().checked_div(row_bytes).unwrap_or(0);
-                data
+                data.into()
             }
             Operation::Reducescatter { op } => {
                 let data = self
@@ -274,7 +277,7 @@ impl<T: Transport> Background<T> {
                 if let Some(first) = shape.first_mut() {
                     *first = data.len().checked_div(row_bytes).unwrap_or(0);
                 }
-                data
+                data.into()
             }
         };
         Ok(Output { data, shape })
@@ -330,14 +333,14 @@ fn stand_in(response: &ReadyResponse) -> Result<Submission> {
     let meta = &response.meta;
     let mut shape = meta.shape.clone();
     let data = match meta.operation {
-        Operation::Allreduce { .. } | Operation::Broadcast { .. } => vec![0; meta.bytes()],
+        Operation::Allreduce { .. } | Operation::Broadcast { .. } => vec![0; meta.bytes()].into(),
         Operation::Allgather => {
             if let Some(first) = shape.first_mut() {
                 *first = 0;
             }
-            Vec::new()
+            Payload::default()
         }
-        Operation::Barrier => Vec::new(),
+        Operation::Barrier => Payload::default(),
         _ => {
             return Err(Error::ControlMessage {
                 detail: format!(

@@ -7,6 +7,10 @@
 //! tensors into one [`FusionBuffer`], reduces it once and copies the results
 //! back (Horovod's tensor fusion and `fusion_buffer_manager`).
 //!
+//! Unlike Horovod, a tensor of [`RUNS_ALONE_FROM`] bytes or more is not
+//! fused: it is reduced in its own memory, saving two copies of it, and at
+//! that size a collective's latency is small beside the copies.
+//!
 //! Invariant: [`plan`] is a pure function of the ordered responses and the
 //! threshold, and every rank runs it on the same responses with the same
 //! threshold (rank 0's), so every rank executes the same batches in the same
@@ -16,6 +20,12 @@ use super::message::ReadyResponse;
 use super::request::Operation;
 use crate::dtype::DataType;
 use crate::reduce::ReduceOp;
+
+/// Allreduces at least this big run alone, in place. At 1 MiB, copying in
+/// and out of the fusion buffer takes ~80 µs (memcpy at ~27 GB/s), while a
+/// collective's fixed cost is under 1 µs on shared memory and 7-42 µs over
+/// TCP for 2-4 ranks (docs/bench/collectives.md, 4-byte rows).
+pub(crate) const RUNS_ALONE_FROM: usize = 1 << 20;
 
 /// Tensors executed as one collective, in buffer order.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +50,9 @@ struct FusionKey {
 }
 
 fn fusion_key(response: &ReadyResponse) -> Option<FusionKey> {
+    if response.meta.bytes() >= RUNS_ALONE_FROM {
+        return None;
+    }
     match response.meta.operation {
         Operation::Allreduce {
             op,
@@ -58,7 +71,8 @@ fn fusion_key(response: &ReadyResponse) -> Option<FusionKey> {
 /// Groups `responses` into batches. Each batch starts with the first
 /// response not yet placed; an allreduce batch then takes every later
 /// response with the same fusion key that still fits under `threshold`
-/// bytes. A tensor larger than the threshold runs alone.
+/// bytes. A tensor larger than the threshold, or of [`RUNS_ALONE_FROM`]
+/// bytes or more, runs alone.
 pub(crate) fn plan(responses: Vec<ReadyResponse>, threshold: usize) -> Vec<Batch> {
     let mut left: Vec<Option<ReadyResponse>> = responses.into_iter().map(Some).collect();
     let mut batches = Vec::new();
@@ -182,6 +196,23 @@ mod tests {
             vec![vec!["big"], vec!["x", "z"], vec!["y"]]
         );
         assert_eq!(batches[1].bytes(), 8);
+    }
+
+    #[test]
+    fn tensors_of_a_mebibyte_run_alone_under_any_threshold() {
+        let sum = Operation::allreduce(ReduceOp::Sum);
+        let floats = RUNS_ALONE_FROM / 4;
+        let responses = vec![
+            ready("small", sum.clone(), DataType::F32, 10),
+            ready("mib", sum.clone(), DataType::F32, floats),
+            ready("under", sum.clone(), DataType::F32, floats - 1),
+            ready("small2", sum, DataType::F32, 10),
+        ];
+        let batches = plan(responses, usize::MAX);
+        assert_eq!(
+            names(&batches),
+            vec![vec!["small", "under", "small2"], vec!["mib"]]
+        );
     }
 
     #[test]

@@ -164,7 +164,7 @@ mod tests {
         let waker = thread::spawn(move || {
             thread::sleep(Duration::from_millis(20));
             completer.complete(Ok(Output {
-                data: vec![1, 2],
+                data: vec![1, 2].into(),
                 shape: vec![2],
             }));
         });

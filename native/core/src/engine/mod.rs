@@ -37,6 +37,7 @@ mod handle;
 mod local_transport;
 mod message;
 mod negotiation;
+mod payload;
 mod request;
 mod response_cache;
 mod stall;
@@ -63,6 +64,7 @@ pub use crate::dtype::DataType;
 pub use config::EngineConfig;
 pub use handle::Handle;
 pub use local_transport::LocalTransport;
+pub use payload::Payload;
 pub use request::{Operation, Output, Request};
 pub use transport::Transport;
 

@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use super::payload::Payload;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
@@ -131,8 +132,9 @@ pub struct Request {
     pub dtype: DataType,
     /// Dimensions; the empty shape is a scalar.
     pub shape: Vec<usize>,
-    /// The elements, native-endian, row-major; moved into the engine.
-    pub data: Vec<u8>,
+    /// The elements, native-endian, row-major; moved (or lent) to the
+    /// engine.
+    pub data: Payload,
 }
 
 impl Request {
@@ -149,7 +151,7 @@ impl Request {
             operation,
             dtype: T::DTYPE,
             shape,
-            data: as_bytes(data).to_vec(),
+            data: as_bytes(data).to_vec().into(),
         }
     }
 
@@ -289,8 +291,9 @@ fn join<'a>(dims: impl Iterator<Item = &'a usize>) -> String {
 /// The result of a completed request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Output {
-    /// The result's elements, native-endian, row-major.
-    pub data: Vec<u8>,
+    /// The result's elements, native-endian, row-major (the request's lent
+    /// memory, when it lent some to an in-place collective).
+    pub data: Payload,
     /// The result's dimensions (differs from the input's for allgather,
     /// alltoall and reducescatter).
     pub shape: Vec<usize>,
@@ -376,7 +379,7 @@ mod tests {
             operation,
             dtype,
             shape: shape.to_vec(),
-            data: vec![0; len],
+            data: vec![0; len].into(),
         };
         let sum = Operation::allreduce(ReduceOp::Sum);
         assert!(request(sum.clone(), DataType::F32, &[2, 3], 24)
