@@ -80,12 +80,14 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p horovod-core --features cuda --all-targets -- -D warnings
+	cd native/python && cargo fmt -- --check && cargo clippy --features cuda -- -D warnings
 
 # The NCCL tests of this host: no GPU, so they pin the errors and the setup
 # agreement; docs/gpu.md lists what a GPU host must check.
 cargo-test:
 	cargo test --workspace
 	cargo test -p horovod-core --features cuda --lib nccl
+	cargo test -p horovod-core --features cuda --test engine_processes gpu
 
 # Gradle stays quiet; the summary lists every test and ends with a pass/fail count.
 java-test: jar

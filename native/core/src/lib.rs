@@ -44,7 +44,7 @@ mod wire;
 pub use collectives::{AllreduceOptions, Compression};
 pub use communicator::{CommConfig, Communicator, Transport};
 pub use dtype::DataType;
-pub use engine::{Engine, EngineConfig, Handle, Operation, Output, Payload, Request};
+pub use engine::{DeviceBuffer, Engine, EngineConfig, Handle, Operation, Output, Payload, Request};
 pub use error::{Error, Result};
 pub use nccl::NcclCommunicator;
 pub use reduce::{Element, ReduceOp};

@@ -12,6 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::{say, say_err, Job};
+use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     bf16, f16, Communicator, DataType, Engine, EngineConfig, Handle, Operation, Output, Payload,
     ReduceOp, Request,
@@ -350,7 +351,71 @@ fn child_entry() {
                 other => say(format!("FAIL stalled tensor gave {other:?}")),
             }
         }
+        "gpu" => report(gpu_tensors_without_nccl(comm)),
         other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// A GPU tensor's allreduce: `rank`'s payload on `device` (no memory is
+/// touched: NCCL setup fails first, or the negotiation does).
+fn gpu_request(name: &str, device: usize) -> Request {
+    // SAFETY: never dereferenced: there is no NCCL on the test hosts (and
+    // no device 9999 on any), so setup fails on every rank first.
+    let data =
+        unsafe { Payload::device(DevicePtr(0x1000), 12, device, StreamHandle(0), Box::new(())) };
+    Request {
+        name: name.into(),
+        operation: Operation::allreduce(ReduceOp::Sum),
+        dtype: DataType::F32,
+        shape: vec![3],
+        data,
+    }
+}
+
+/// GPU tensors where NCCL cannot be set up: every rank fails each one with
+/// the same error, a second device is refused at submission, a tensor on
+/// the GPU on some ranks and the host on others is a mismatch, and host
+/// tensors carry on.
+fn gpu_tensors_without_nccl(comm: Communicator) -> Result<String, String> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let engine = engine(comm, EngineConfig::default())?;
+    let expected_setup_error = if horovod_core::nccl::CUDA_SUPPORT {
+        "NCCL unavailable"
+    } else {
+        "has no CUDA support"
+    };
+    for name in ["gpu.0", "gpu.1"] {
+        match engine
+            .submit(gpu_request(name, 9999))
+            .map(|mut h| h.wait(WAIT))
+        {
+            Ok(Err(e)) if e.to_string().contains(expected_setup_error) => {}
+            other => return Err(format!("{name} gave {other:?}")),
+        }
+    }
+    match engine.submit(gpu_request("gpu.other", 9998)) {
+        Err(e)
+            if e.to_string()
+                .contains("this rank's GPU tensors are on cuda:9999") => {}
+        other => return Err(format!("a second device gave {other:?}")),
+    }
+    let mixed = if rank == 0 {
+        tensor(rank, 0, 3)
+    } else {
+        Request {
+            name: "layer0/grad".into(),
+            ..gpu_request("", 9999)
+        }
+    };
+    match engine.submit(mixed).map(|mut h| h.wait(WAIT)) {
+        Ok(Err(e))
+            if e.to_string()
+                .contains("memory differs: host on ranks [0]; GPU on ranks") => {}
+        other => return Err(format!("host and GPU tensor gave {other:?}")),
+    }
+    match engine.submit(tensor(rank, 2, 3)).map(wait) {
+        Ok(Ok(data)) if data == expected(size, 2, 3) => Ok("GPU tensors failed alike".into()),
+        other => Err(format!("host tensor after them gave {other:?}")),
     }
 }
 
@@ -388,6 +453,13 @@ fn every_collective_in_random_orders_on_two_processes() {
 fn fused_tiny_tensors_equal_one_by_one_on_three_processes() {
     for (rank, lines) in run("fused", 3).iter().enumerate() {
         assert_eq!(lines, &["OK 200 tensors"], "rank {rank}");
+    }
+}
+
+#[test]
+fn gpu_tensors_fail_alike_on_every_rank_without_nccl() {
+    for (rank, lines) in run("gpu", 2).iter().enumerate() {
+        assert_eq!(lines, &["OK GPU tensors failed alike"], "rank {rank}");
     }
 }
 

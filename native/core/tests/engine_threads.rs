@@ -7,6 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use horovod_core::engine::LocalTransport;
+use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     DataType, Engine, EngineConfig, Error, Handle, Operation, Output, Payload, ReduceOp, Request,
 };
@@ -395,6 +396,43 @@ fn a_broadcast_from_a_joined_root_fails_naming_it() {
     let error = results[1].as_ref().unwrap_err().to_string();
     assert!(
         error.contains("broadcast from rank 0, which has joined"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_gpu_tensor_fails_while_a_rank_has_joined() {
+    let results = run(2, EngineConfig::default(), move |rank, engine| {
+        if rank == 0 {
+            return engine
+                .submit(join_request())
+                .unwrap()
+                .wait(WAIT)
+                .map(|o| joined_last(&o).to_string());
+        }
+        // SAFETY: never dereferenced: the coordinator fails the tensor
+        // before any rank executes it.
+        let data =
+            unsafe { Payload::device(DevicePtr(0x1000), 8, 0, StreamHandle(0), Box::new(())) };
+        let gradient = Request {
+            name: "gpu.grad".into(),
+            operation: Operation::allreduce(ReduceOp::Sum),
+            dtype: DataType::F64,
+            shape: vec![1],
+            data,
+        };
+        let outcome = engine
+            .submit(gradient)
+            .unwrap()
+            .wait(WAIT)
+            .map(|_| "allreduce".to_string());
+        engine.submit(join_request()).unwrap().wait(WAIT).unwrap();
+        outcome
+    });
+    assert_eq!(results[0].as_ref().unwrap(), "1");
+    let error = results[1].as_ref().unwrap_err().to_string();
+    assert!(
+        error.contains("a GPU tensor's allreduce cannot run while ranks [0] have joined"),
         "{error}"
     );
 }

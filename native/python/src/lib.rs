@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
+use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
-    connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener, Operation, Payload, ReduceOp,
-    RendezvousService, Request,
+    connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener,
+    Operation, Payload, ReduceOp, RendezvousService, Request,
 };
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -33,7 +34,11 @@ fn dtype(name: &str) -> PyResult<DataType> {
         "bfloat16" => DataType::Bf16,
         "float32" => DataType::F32,
         "float64" => DataType::F64,
-        other => return Err(PyValueError::new_err(format!("horovod_rs cannot reduce tensors of type {other}"))),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "horovod_rs cannot reduce tensors of type {other}"
+            )))
+        }
     })
 }
 
@@ -59,12 +64,17 @@ impl Rendezvous {
     #[new]
     fn new(secret: &[u8], size: usize) -> PyResult<Rendezvous> {
         let service = RendezvousService::start("0.0.0.0:0", secret, size).map_err(py_err)?;
-        Ok(Rendezvous { service: Some(service) })
+        Ok(Rendezvous {
+            service: Some(service),
+        })
     }
 
     /// The port the service listens on.
     fn port(&self) -> PyResult<u16> {
-        self.service.as_ref().map(|s| s.port()).ok_or_else(|| PyRuntimeError::new_err("rendezvous closed"))
+        self.service
+            .as_ref()
+            .map(|s| s.port())
+            .ok_or_else(|| PyRuntimeError::new_err("rendezvous closed"))
     }
 
     fn close(&mut self) {
@@ -81,18 +91,37 @@ struct Work {
 #[pymethods]
 impl Work {
     /// The result's bytes and shape, waiting at most `timeout_s` seconds.
-    fn wait<'py>(&mut self, py: Python<'py>, timeout_s: f64) -> PyResult<(Bound<'py, PyBytes>, Vec<usize>)> {
-        let mut handle = self.handle.take().ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
-        let output = py.allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s))).map_err(py_err)?;
+    fn wait<'py>(
+        &mut self,
+        py: Python<'py>,
+        timeout_s: f64,
+    ) -> PyResult<(Bound<'py, PyBytes>, Vec<usize>)> {
+        let mut handle = self
+            .handle
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
+        let output = py
+            .allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s)))
+            .map_err(py_err)?;
         Ok((PyBytes::new(py, &output.data), output.shape))
     }
 
     /// Waits like `wait` and writes the result into `out` (a writable byte buffer of exactly the
     /// result's size, e.g. a tensor's memory), saving the copies of a new bytes object; nothing is
     /// copied when the collective ran in `out`'s memory (submitted with `in_place`).
-    fn wait_into(&mut self, py: Python<'_>, out: PyBuffer<u8>, timeout_s: f64) -> PyResult<Vec<usize>> {
-        let mut handle = self.handle.take().ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
-        let output = py.allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s))).map_err(py_err)?;
+    fn wait_into(
+        &mut self,
+        py: Python<'_>,
+        out: PyBuffer<u8>,
+        timeout_s: f64,
+    ) -> PyResult<Vec<usize>> {
+        let mut handle = self
+            .handle
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
+        let output = py
+            .allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s)))
+            .map_err(py_err)?;
         if output.data.is_lent() && output.data.as_ptr() == out.buf_ptr() as *const u8 {
             return Ok(output.shape);
         }
@@ -185,21 +214,95 @@ impl Rank {
         in_place: bool,
     ) -> PyResult<Work> {
         let operation = match kind {
-            "allreduce" => Operation::Allreduce { op: reduce_op(op)?, prescale, postscale },
+            "allreduce" => Operation::Allreduce {
+                op: reduce_op(op)?,
+                prescale,
+                postscale,
+            },
             "broadcast" => Operation::Broadcast { root },
             "allgather" => Operation::Allgather,
-            "alltoall" => Operation::Alltoall { splits: splits.unwrap_or_default() },
+            "alltoall" => Operation::Alltoall {
+                splits: splits.unwrap_or_default(),
+            },
             "reducescatter" => Operation::Reducescatter { op: reduce_op(op)? },
             "barrier" => Operation::Barrier,
             "join" => Operation::Join,
             other => return Err(PyValueError::new_err(format!("unknown collective {other}"))),
         };
-        let in_place = in_place && matches!(operation, Operation::Allreduce { .. } | Operation::Broadcast { .. });
+        let in_place = in_place
+            && matches!(
+                operation,
+                Operation::Allreduce { .. } | Operation::Broadcast { .. }
+            );
         let data = payload(py, data, in_place)?;
-        let request = Request { name, operation, dtype: dtype(dtype_name)?, shape, data };
+        let request = Request {
+            name,
+            operation,
+            dtype: dtype(dtype_name)?,
+            shape,
+            data,
+        };
         let handle = self.engine.submit(request).map_err(py_err)?;
-        Ok(Work { handle: Some(handle) })
+        Ok(Work {
+            handle: Some(handle),
+        })
     }
+
+    /// Submits an allreduce or broadcast of a GPU tensor (`nbytes` at device address `ptr` on
+    /// CUDA device `device`), run with NCCL in place, enqueued on `stream` (a `cudaStream_t`, 0
+    /// for the default stream). `keeper` (the tensor) is held until the handle is waited on; the
+    /// caller must not write the tensor until then. The handle completes once the collective is
+    /// enqueued: work enqueued on `stream` afterwards sees the result.
+    #[pyo3(signature = (kind, name, ptr, nbytes, device, stream, dtype_name, shape, keeper, op="sum", root=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_device(
+        &self,
+        kind: &str,
+        name: String,
+        ptr: u64,
+        nbytes: usize,
+        device: usize,
+        stream: u64,
+        dtype_name: &str,
+        shape: Vec<usize>,
+        keeper: &Bound<'_, PyAny>,
+        op: &str,
+        root: usize,
+    ) -> PyResult<Work> {
+        let operation = match kind {
+            "allreduce" => Operation::allreduce(reduce_op(op)?),
+            "broadcast" => Operation::Broadcast { root },
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "{other} of GPU tensors does not run on NCCL"
+                )))
+            }
+        };
+        let keeper: Box<dyn Send> = Box::new(keeper.clone().unbind());
+        // SAFETY: `keeper` is the tensor whose memory this is, held until the handle completes
+        // and dropped after; its caching allocator reuses the memory only for work ordered after
+        // ours on the same stream. The caller promises not to write it meanwhile.
+        let data = unsafe {
+            Payload::device(DevicePtr(ptr), nbytes, device, StreamHandle(stream), keeper)
+        };
+        let request = Request {
+            name,
+            operation,
+            dtype: dtype(dtype_name)?,
+            shape,
+            data,
+        };
+        let handle = self.engine.submit(request).map_err(py_err)?;
+        Ok(Work {
+            handle: Some(handle),
+        })
+    }
+}
+
+/// Whether this build runs GPU tensors' collectives on NCCL (the `cuda` feature).
+#[pyfunction]
+fn cuda_built() -> bool {
+    horovod_core::nccl::CUDA_SUPPORT
 }
 
 /// `data`'s bytes for a request: its own memory when `in_place` (the request keeps a reference to
@@ -210,7 +313,9 @@ fn payload(py: Python<'_>, data: &Bound<'_, PyAny>, in_place: bool) -> PyResult<
         return Ok(buffer.to_vec(py)?.into());
     }
     if buffer.readonly() || !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err("an in-place collective needs a writable, contiguous buffer"));
+        return Err(PyValueError::new_err(
+            "an in-place collective needs a writable, contiguous buffer",
+        ));
     }
     let keeper: Box<dyn Send> = Box::new(data.clone().unbind());
     // SAFETY: `keeper` holds the exporting object, whose memory (a numpy array over a tensor's
@@ -225,5 +330,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Rendezvous>()?;
     m.add_class::<Rank>()?;
     m.add_class::<Work>()?;
+    m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
     Ok(())
 }

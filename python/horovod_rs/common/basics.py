@@ -135,7 +135,8 @@ def gloo_enabled():
 
 
 def nccl_built():
-    return 0
+    """Non-zero when GPU tensors' allreduce and broadcast run on NCCL (loaded at run time)."""
+    return 1 if cuda_built() else 0
 
 
 def ddl_built():
@@ -147,7 +148,8 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """Whether this build has CUDA support (the binding's `cuda` feature)."""
+    return _native.cuda_built()
 
 
 def rocm_built():

@@ -3,7 +3,11 @@
 Names and semantics follow ``horovod.torch``. Every collective is a named submission to this
 rank's engine, which runs it once every rank has submitted the same name, in whatever order the
 ranks submit names (autograd hooks fire in different orders on different ranks). Unnamed calls
-get automatic names, so every rank must make them in the same order. CPU tensors only.
+get automatic names, so every rank must make them in the same order.
+
+GPU tensors: in a build with CUDA support (``cuda_built()``), allreduce and broadcast run on NCCL
+in the tensor's memory, enqueued on the current CUDA stream; the other collectives, and every
+collective in a build without it, go through host memory.
 """
 
 import pickle
@@ -14,9 +18,9 @@ import torch
 from horovod_rs.common import basics
 from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
     ccl_built,
+    cuda_built,
     cross_rank,
     cross_size,
-    cuda_built,
     ddl_built,
     gloo_built,
     gloo_enabled,
@@ -57,6 +61,20 @@ _handles = {}
 _next_handle = [0]
 
 
+class _Pending:
+    """A submitted collective: its work and what turns the work's result into the caller's."""
+
+    def __init__(self, work, dtype, output=None, received_splits=None, finish=None, on_device=False):
+        self.work, self.dtype, self.output = work, dtype, output
+        self.received_splits, self.finish, self.on_device = received_splits, finish, on_device
+
+
+def _remember(pending):
+    _next_handle[0] += 1
+    _handles[_next_handle[0]] = pending
+    return _next_handle[0]
+
+
 def _dtype_name(tensor):
     try:
         return _DTYPES[tensor.dtype]
@@ -68,7 +86,7 @@ def _byte_view(tensor):
     """The tensor's memory as a flat numpy uint8 array, without a copy (contiguous CPU tensors)."""
     t = tensor.detach()
     if t.device.type != "cpu":
-        raise ValueError("horovod_rs runs collectives on CPU tensors; this one is on %s" % t.device)
+        raise ValueError("horovod_rs runs collectives on CPU and CUDA tensors; this one is on %s" % t.device)
     t = t.contiguous()
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16: move its bits as int16
         t = t.view(torch.int16)
@@ -90,14 +108,52 @@ def _submit(kind, tensor, name, output=None, received_splits=None, **options):
     ``received_splits`` is the work of the alltoall that tells this rank how many rows each rank
     sent it (Horovod's alltoall returns them beside the data)."""
     name = name or basics.next_name(kind)
+    if tensor.device.type == "cuda":
+        return _submit_cuda(kind, tensor, name, output, received_splits, **options)
     # An in-place call on a contiguous tensor lends the engine the tensor's memory: no copies.
     in_place = output is tensor and tensor.is_contiguous()
     work = basics.state().rank.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape),
                                       in_place=in_place, **options)
-    _next_handle[0] += 1
-    handle = _next_handle[0]
-    _handles[handle] = (work, tensor.dtype, output, received_splits)
-    return handle
+    return _remember(_Pending(work, tensor.dtype, output, received_splits))
+
+
+def _submit_cuda(kind, tensor, name, output, received_splits, **options):
+    """A GPU tensor's collective: on NCCL when built for it (allreduce and broadcast), else through
+    host memory, the result moved back to the tensor's device."""
+    device = tensor.device
+    if not (cuda_built() and kind in ("allreduce", "broadcast")):
+        host = _submit(kind, tensor.detach().cpu(), name, received_splits=received_splits, **options)
+        pending = _handles[host]
+
+        def back_to_device(result):
+            if output is None:
+                return result.to(device)
+            with torch.no_grad():
+                output.copy_(result.reshape(output.shape))
+            return output
+
+        pending.finish = back_to_device
+        return host
+    t = tensor.detach()
+    if not (output is tensor and t.is_contiguous()):
+        t = torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)  # Horovod's new output
+    prescale, postscale = options.pop("prescale", 1.0), options.pop("postscale", 1.0)
+    if prescale != 1.0:  # NCCL has no scaling: scale on the stream, before and after
+        t.mul_(prescale)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    work = basics.state().rank.submit_device(kind, name, t.data_ptr(), t.numel() * t.element_size(), device.index,
+                                             stream, _dtype_name(t), list(t.shape), t, **options)
+
+    def finish(_):
+        if postscale != 1.0:
+            t.mul_(postscale)
+        if output is not None and output is not t:
+            with torch.no_grad():
+                output.copy_(t)
+            return output
+        return t
+
+    return _remember(_Pending(work, tensor.dtype, None, received_splits, finish, on_device=True))
 
 
 def _op(op, average):
@@ -110,8 +166,8 @@ def _op(op, average):
 
 def poll(handle):
     """Whether the collective behind ``handle`` has finished."""
-    work, _, _, received_splits = _handles[handle]
-    return work.done() and (received_splits is None or received_splits.done())
+    pending = _handles[handle]
+    return pending.work.done() and (pending.received_splits is None or pending.received_splits.done())
 
 
 def synchronize(handle):
@@ -119,10 +175,16 @@ def synchronize(handle):
     for an alltoall, ``(result, received_splits)`` as in Horovod."""
     if handle not in _handles:
         raise ValueError("unknown or already synchronized handle %r" % handle)
-    work, dtype, output, received_splits = _handles.pop(handle)
-    result = _wait(work, dtype, output)
-    if received_splits is not None:
-        data, shape = received_splits.wait(basics.DEFAULT_TIMEOUT_S)
+    pending = _handles.pop(handle)
+    if pending.on_device:
+        pending.work.wait(basics.DEFAULT_TIMEOUT_S)  # enqueued on the stream; the tensor holds the result
+        result = None
+    else:
+        result = _wait(pending.work, pending.dtype, pending.output)
+    if pending.finish is not None:
+        result = pending.finish(result)
+    if pending.received_splits is not None:
+        data, shape = pending.received_splits.wait(basics.DEFAULT_TIMEOUT_S)
         return result, _from_bytes(data, torch.int32, shape).reshape(-1)
     return result
 

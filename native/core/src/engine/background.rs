@@ -33,6 +33,7 @@ use super::payload::Payload;
 use super::request::{Operation, Output, Request};
 use super::transport::Transport;
 use crate::collectives::AllreduceOptions;
+use crate::nccl::NcclCommunicator;
 
 /// A request and the completer of its handle.
 pub(crate) struct Submission {
@@ -60,6 +61,10 @@ pub(crate) struct Background<T: Transport> {
     pub cycle_time: Duration,
     pub tensors: HashMap<String, Submission>,
     pub fusion: FusionBuffer,
+    /// NCCL for GPU tensors, set up at the first one (on every rank at the
+    /// same point); a setup error is kept and fails every later GPU tensor
+    /// the same way on every rank.
+    pub nccl: Option<Result<NcclCommunicator>>,
 }
 
 impl<T: Transport> Background<T> {
@@ -201,7 +206,12 @@ impl<T: Transport> Background<T> {
             };
             submissions.push(submission);
         }
-        let result = if batch.responses.len() == 1 {
+        let result = if batch.responses[0].meta.on_device {
+            // Never fused (`fusion::plan`), never stood in for (the
+            // coordinator refuses GPU tensors while a rank has joined).
+            self.execute_on_device(&mut submissions[0].request)
+                .map(|output| vec![output])
+        } else if batch.responses.len() == 1 {
             self.execute_one(&batch.responses[0], &mut submissions[0].request)
                 .map(|output| vec![output])
         } else {
@@ -219,7 +229,9 @@ impl<T: Transport> Background<T> {
                     submission.completer.complete(Err(error.duplicate()));
                 }
                 match error {
-                    Error::Unsupported { .. } => Ok(()),
+                    Error::Unsupported { .. }
+                    | Error::NoCudaSupport
+                    | Error::NcclUnavailable { .. } => Ok(()),
                     fatal => Err(fatal),
                 }
             }
@@ -281,6 +293,70 @@ impl<T: Transport> Background<T> {
             }
         };
         Ok(Output { data, shape })
+    }
+
+    /// Enqueues a GPU tensor's allreduce or broadcast with NCCL on the
+    /// caller's stream; the handle completes once it is enqueued (work the
+    /// caller enqueues on that stream afterwards sees the result).
+    fn execute_on_device(&mut self, request: &mut Request) -> Result<Output> {
+        let Some(buffer) = request.data.device_buffer() else {
+            return Err(Error::ControlMessage {
+                detail: format!(
+                    "'{}' was negotiated as a GPU tensor but is on the host here",
+                    request.name
+                ),
+            });
+        };
+        let (ptr, stream, count) = (buffer.ptr, buffer.stream, buffer.len / request.dtype.size());
+        let nccl = self.nccl(buffer.device)?;
+        match request.operation {
+            Operation::Allreduce { op, .. } => {
+                // SAFETY: `Payload::device`'s contract: `count` elements of
+                // the communicator's device (checked by `nccl`), allocated
+                // until the stream's work completes, unwritten meanwhile.
+                unsafe { nccl.allreduce(ptr, ptr, count, request.dtype, op, stream)? }
+            }
+            Operation::Broadcast { root } => {
+                // SAFETY: as above.
+                unsafe { nccl.broadcast(ptr, ptr, count, request.dtype, root, stream)? }
+            }
+            ref other => {
+                return Err(Error::Unsupported {
+                    what: format!("{} of a GPU tensor", other.kind()),
+                })
+            }
+        }
+        Ok(Output {
+            data: std::mem::take(&mut request.data),
+            shape: request.shape.clone(),
+        })
+    }
+
+    /// The NCCL communicator for `device`, set up on first use.
+    fn nccl(&mut self, device: usize) -> Result<&mut NcclCommunicator> {
+        let transport = &mut self.transport;
+        let setup = self.nccl.get_or_insert_with(|| {
+            let setup = transport.nccl(device);
+            if let Err(error) = &setup {
+                warn!(
+                    "rank {}: no NCCL for GPU tensors: {error}",
+                    transport.rank()
+                );
+            }
+            setup
+        });
+        match setup {
+            Ok(nccl) => {
+                let ordinal = nccl.device_ordinal();
+                if ordinal != device {
+                    return Err(Error::InvalidArgument(format!(
+                        "a GPU tensor on cuda:{device}, but this rank's NCCL communicator is on cuda:{ordinal}"
+                    )));
+                }
+                Ok(nccl)
+            }
+            Err(error) => Err(error.duplicate()),
+        }
     }
 
     /// Copies the batch into the fusion buffer, reduces it once, copies the

@@ -253,6 +253,12 @@ fn unsupported_while_joined(waiting: &Waiting, joined: &[usize]) -> Option<Strin
         return None;
     }
     let meta = waiting.metas.iter().flatten().next()?;
+    if meta.on_device {
+        return Some(format!(
+            "a GPU tensor's {} cannot run while ranks {joined:?} have joined (they have no device memory to stand in with)",
+            meta.operation.kind()
+        ));
+    }
     match meta.operation {
         Operation::Alltoall { .. } | Operation::Reducescatter { .. } => Some(format!(
             "{} cannot run while ranks {joined:?} have joined",

@@ -50,7 +50,7 @@ struct FusionKey {
 }
 
 fn fusion_key(response: &ReadyResponse) -> Option<FusionKey> {
-    if response.meta.bytes() >= RUNS_ALONE_FROM {
+    if response.meta.bytes() >= RUNS_ALONE_FROM || response.meta.on_device {
         return None;
     }
     match response.meta.operation {
@@ -136,6 +136,7 @@ mod tests {
                 operation,
                 dtype,
                 shape: vec![len],
+                on_device: false,
             },
             first_dims: Vec::new(),
         }

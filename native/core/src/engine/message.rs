@@ -135,6 +135,7 @@ impl Writer {
     }
     fn meta(&mut self, m: &TensorMeta) {
         self.str(&m.name);
+        self.u8(u8::from(m.on_device));
         self.u8(m.dtype.code());
         self.usizes(&m.shape);
         self.u8(m.operation.code());
@@ -227,6 +228,11 @@ impl<'a> Reader<'a> {
     }
     fn meta(&mut self) -> Result<TensorMeta> {
         let name = self.str()?;
+        let on_device = match self.u8()? {
+            0 => false,
+            1 => true,
+            other => return Err(self.error(format!("unknown memory kind {other}"))),
+        };
         let code = self.u8()?;
         let dtype = DataType::from_code(code)
             .ok_or_else(|| self.error(format!("unknown element type {code}")))?;
@@ -256,6 +262,7 @@ impl<'a> Reader<'a> {
             operation,
             dtype,
             shape,
+            on_device,
         })
     }
     fn finish<T>(self, value: T) -> Result<T> {
@@ -394,6 +401,7 @@ mod tests {
                 operation,
                 dtype,
                 shape: vec![3, i],
+                on_device: false,
             })
             .collect()
     }

@@ -48,7 +48,7 @@ mod simulation;
 
 use log::warn;
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 
 use crate::error::{Error, Result};
@@ -64,7 +64,7 @@ pub use crate::dtype::DataType;
 pub use config::EngineConfig;
 pub use handle::Handle;
 pub use local_transport::LocalTransport;
-pub use payload::Payload;
+pub use payload::{DeviceBuffer, Payload};
 pub use request::{Operation, Output, Request};
 pub use transport::Transport;
 
@@ -81,6 +81,9 @@ pub struct Engine {
     commands: Sender<Command>,
     stopped: StopCause,
     thread: Option<JoinHandle<()>>,
+    /// The CUDA device of this rank's first GPU tensor; later ones must
+    /// match it.
+    gpu: OnceLock<usize>,
 }
 
 impl Engine {
@@ -129,6 +132,7 @@ impl Engine {
             cycle_time: config.cycle_time,
             tensors: Default::default(),
             fusion: FusionBuffer::default(),
+            nccl: None,
         };
         let thread = thread::Builder::new()
             .name(format!("hvd-engine-{rank}"))
@@ -140,6 +144,7 @@ impl Engine {
             commands,
             stopped,
             thread: Some(thread),
+            gpu: OnceLock::new(),
         })
     }
 
@@ -164,6 +169,18 @@ impl Engine {
     /// handle.
     pub fn submit(&self, request: Request) -> Result<Handle> {
         request.validate(self.size)?;
+        if let Some(buffer) = request.data.device_buffer() {
+            // One NCCL communicator, on one device, per rank: refused here,
+            // before negotiation, since a rank failing it alone at execution
+            // would leave the others waiting inside NCCL.
+            let device = *self.gpu.get_or_init(|| buffer.device);
+            if device != buffer.device {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: a GPU tensor on cuda:{}, but this rank's GPU tensors are on cuda:{device}",
+                    request.name, buffer.device
+                )));
+            }
+        }
         let stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(cause) = stopped.as_ref() {
             return Err(Error::EngineStopped {

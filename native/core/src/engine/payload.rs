@@ -6,10 +6,16 @@
 //! separates a data-parallel step from one on a single process. A lent
 //! payload is the caller's own memory; the engine writes the result there
 //! and hands the payload back in the [`super::Output`].
+//!
+//! A third kind is GPU memory ([`Payload::Device`]): the engine reduces it
+//! with NCCL on the caller's CUDA stream. It has no host bytes: viewed as a
+//! slice it is empty, and the engine never reads it as one.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+
+use crate::nccl::{DevicePtr, StreamHandle};
 
 /// The elements of a request or a result, native-endian, row-major.
 pub enum Payload {
@@ -17,6 +23,32 @@ pub enum Payload {
     Owned(Vec<u8>),
     /// Memory the caller lends until the payload is dropped.
     Lent(Lent),
+    /// GPU memory, reduced with NCCL.
+    Device(DeviceBuffer),
+}
+
+/// A tensor in GPU memory and the stream its collective is enqueued on.
+pub struct DeviceBuffer {
+    /// Where the elements start.
+    pub ptr: DevicePtr,
+    /// Length in bytes.
+    pub len: usize,
+    /// The CUDA device the memory belongs to.
+    pub device: usize,
+    /// The caller's stream: the collective is ordered after the work
+    /// already enqueued on it (the kernels that produced the tensor).
+    pub stream: StreamHandle,
+    _keeper: Box<dyn Send>,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer({} bytes on cuda:{})",
+            self.len, self.device
+        )
+    }
 }
 
 /// Memory lent by the caller, kept valid by `keeper` (say, a reference to
@@ -48,9 +80,49 @@ impl Payload {
         })
     }
 
+    /// GPU memory for NCCL collectives.
+    ///
+    /// # Safety
+    /// `ptr` points to `len` bytes of memory of CUDA device `device` that
+    /// stay allocated until `keeper` is dropped and, after that, until the
+    /// work enqueued on `stream` completes; nothing else writes them until
+    /// the request's handle completes; `stream` is a live stream of the
+    /// device's primary context (or 0).
+    pub unsafe fn device(
+        ptr: DevicePtr,
+        len: usize,
+        device: usize,
+        stream: StreamHandle,
+        keeper: Box<dyn Send>,
+    ) -> Payload {
+        Payload::Device(DeviceBuffer {
+            ptr,
+            len,
+            device,
+            stream,
+            _keeper: keeper,
+        })
+    }
+
     /// Whether this is the caller's memory.
     pub fn is_lent(&self) -> bool {
         matches!(self, Payload::Lent(_))
+    }
+
+    /// The GPU memory, for a device payload.
+    pub fn device_buffer(&self) -> Option<&DeviceBuffer> {
+        match self {
+            Payload::Device(buffer) => Some(buffer),
+            _ => None,
+        }
+    }
+
+    /// Length in bytes, of host or device memory.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Payload::Device(buffer) => buffer.len,
+            host => host.len(),
+        }
     }
 
     /// The bytes as a vector: moved out when owned, copied when lent.
@@ -58,6 +130,7 @@ impl Payload {
         match self {
             Payload::Owned(bytes) => bytes,
             Payload::Lent(lent) => lent.to_vec(),
+            Payload::Device(_) => Vec::new(),
         }
     }
 }
@@ -86,6 +159,7 @@ impl Deref for Payload {
         match self {
             Payload::Owned(bytes) => bytes,
             Payload::Lent(lent) => lent,
+            Payload::Device(_) => &[],
         }
     }
 }
@@ -95,6 +169,7 @@ impl DerefMut for Payload {
         match self {
             Payload::Owned(bytes) => bytes,
             Payload::Lent(lent) => lent,
+            Payload::Device(_) => &mut [],
         }
     }
 }
@@ -111,7 +186,8 @@ impl From<Vec<u8>> for Payload {
     }
 }
 
-/// A clone owns its bytes: lent memory has one borrower.
+/// A clone owns its bytes: lent memory has one borrower. (A device
+/// payload's clone has no bytes: the engine never clones one.)
 impl Clone for Payload {
     fn clone(&self) -> Payload {
         Payload::Owned(self.to_vec())
@@ -132,8 +208,11 @@ impl PartialEq<Vec<u8>> for Payload {
 
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.is_lent() { "lent" } else { "owned" };
-        write!(f, "Payload({kind}, {} bytes)", self.len())
+        match self {
+            Payload::Owned(bytes) => write!(f, "Payload(owned, {} bytes)", bytes.len()),
+            Payload::Lent(lent) => write!(f, "Payload(lent, {} bytes)", lent.len()),
+            Payload::Device(buffer) => write!(f, "Payload({buffer:?})"),
+        }
     }
 }
 

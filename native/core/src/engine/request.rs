@@ -169,13 +169,34 @@ impl Request {
             .try_fold(1usize, |acc, &d| acc.checked_mul(d));
         let expected = elements.and_then(|n| n.checked_mul(self.dtype.size()));
         let barrier_without_data = self.operation == Operation::Barrier && self.data.is_empty();
-        if expected != Some(self.data.len()) && !barrier_without_data {
+        if expected != Some(self.data.byte_len()) && !barrier_without_data {
             return invalid(format!(
                 "{} bytes of data for shape {:?} of {}",
-                self.data.len(),
+                self.data.byte_len(),
                 self.shape,
                 self.dtype
             ));
+        }
+        if self.data.device_buffer().is_some() {
+            match &self.operation {
+                Operation::Allreduce {
+                    prescale,
+                    postscale,
+                    ..
+                } if *prescale == 1.0 && *postscale == 1.0 => {}
+                Operation::Broadcast { .. } => {}
+                Operation::Allreduce { .. } => {
+                    return invalid(
+                        "prescale and postscale are not applied to GPU tensors; scale the tensor first".into(),
+                    )
+                }
+                other => {
+                    return invalid(format!(
+                        "{} of a GPU tensor: only allreduce and broadcast run on NCCL; copy it to the host",
+                        other.kind()
+                    ))
+                }
+            }
         }
         match &self.operation {
             Operation::Allreduce {
@@ -226,6 +247,7 @@ impl Request {
             operation: self.operation.clone(),
             dtype: self.dtype,
             shape: self.shape.clone(),
+            on_device: self.data.device_buffer().is_some(),
         }
     }
 }
@@ -237,6 +259,9 @@ pub(crate) struct TensorMeta {
     pub operation: Operation,
     pub dtype: DataType,
     pub shape: Vec<usize>,
+    /// In GPU memory (reduced with NCCL): every rank must agree, or some
+    /// would wait in NCCL for ranks that never call it.
+    pub on_device: bool,
 }
 
 impl TensorMeta {
@@ -251,9 +276,12 @@ impl TensorMeta {
         // Each property that has to agree, rendered per rank; the first one
         // that differs is reported.
         type Render = fn(&TensorMeta) -> String;
-        let properties: [(&str, Render); 3] = [
+        let properties: [(&str, Render); 4] = [
             ("operation", |m| m.operation.agreed_parameters()),
             ("element type", |m| m.dtype.to_string()),
+            ("memory", |m| {
+                if m.on_device { "GPU" } else { "host" }.to_string()
+            }),
             ("shape", |m| match m.operation {
                 // Ranks may differ in the first dimension.
                 Operation::Allgather | Operation::Alltoall { .. } => {
@@ -323,6 +351,7 @@ mod tests {
             operation,
             dtype,
             shape: shape.to_vec(),
+            on_device: false,
         }
     }
 

@@ -179,6 +179,7 @@ mod tests {
                 operation: Operation::allreduce(ReduceOp::Sum),
                 dtype: DataType::F32,
                 shape: vec![len],
+                on_device: false,
             },
             first_dims: Vec::new(),
         }

@@ -152,6 +152,7 @@ fn meta(name: &str, operation: Operation, dtype: DataType, shape: &[usize]) -> T
         operation,
         dtype,
         shape: shape.to_vec(),
+        on_device: false,
     }
 }
 

@@ -33,6 +33,7 @@ use crate::collectives::AllreduceOptions;
 use crate::communicator::{segment, Communicator};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
+use crate::nccl::NcclCommunicator;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::with_dtype;
 
@@ -105,6 +106,17 @@ pub trait Transport: Send {
     ) -> Result<Vec<u8>> {
         let _ = (op, data, row_bytes);
         Err(unsupported("reducescatter", dtype))
+    }
+
+    /// This rank's NCCL communicator on CUDA device `device`, set up
+    /// collectively: every rank calls it at the same point of the sequence.
+    /// `Unsupported`, `NoCudaSupport` or `NcclUnavailable` come identically
+    /// on every rank.
+    fn nccl(&mut self, device: usize) -> Result<NcclCommunicator> {
+        let _ = device;
+        Err(Error::Unsupported {
+            what: "GPU tensors on this transport (NCCL needs the process mesh)".into(),
+        })
     }
 }
 
@@ -206,6 +218,10 @@ fn reducescatter_rows<T: Element>(
 impl Transport for Communicator {
     fn rank(&self) -> usize {
         Communicator::rank(self)
+    }
+
+    fn nccl(&mut self, device: usize) -> Result<NcclCommunicator> {
+        NcclCommunicator::new(self, device)
     }
 
     fn size(&self) -> usize {
