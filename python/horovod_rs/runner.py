@@ -1,15 +1,22 @@
-"""horovodrs: Horovod's horovodrun for one host.
+"""horovodrs: Horovod's horovodrun.
 
 ``horovodrs -np 4 python train.py`` starts 4 processes with what ``hvd.init()`` needs (rank,
 size, the rendezvous service's address and the job's secret), prefixes every output line with
 its rank, and ends the whole job as soon as one process fails: the others are stopped and the
 launcher exits with the failed process's code.
+
+``-H host1:2,host2:2`` spreads the ranks over hosts in order, filling each host's slots (as
+horovodrun does); processes on other hosts start over ssh (key-based, ``BatchMode``) in the same
+working directory. The job's secret reaches them on ssh's standard input, not on a command line,
+and a remote process is stopped when its ssh connection ends.
 """
 
 import argparse
 import os
 import secrets
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,16 +31,60 @@ GRACE_S = 5.0
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="horovodrs", description=__doc__.splitlines()[0])
     parser.add_argument("-np", "--num-proc", type=int, required=True, help="processes to start")
-    parser.add_argument("-H", "--hosts", help="host:slots,... (only this host is supported)")
+    parser.add_argument("-H", "--hosts", help="host:slots,... e.g. server1:4,server2:4 (default: this host)")
+    parser.add_argument("-p", "--ssh-port", type=int, help="ssh port of the other hosts")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every process runs")
     args = parser.parse_args(argv)
     if args.num_proc < 1:
         parser.error("-np must be at least 1")
     if not args.command:
         parser.error("give the command to run, e.g. horovodrs -np 2 python train.py")
-    if args.hosts and any(not h.split(":")[0] in ("localhost", "127.0.0.1") for h in args.hosts.split(",")):
-        parser.error("only this host is supported: several hosts over ssh are not implemented")
+    try:
+        args.slots = assign_slots(parse_hosts(args.hosts), args.num_proc) if args.hosts else None
+    except ValueError as e:
+        parser.error(str(e))
     return args
+
+
+def parse_hosts(spec):
+    """``"a:2,b:4"`` -> ``[("a", 2), ("b", 4)]``; a host without ``:slots`` has one slot."""
+    hosts = []
+    for item in spec.split(","):
+        name, _, slots = item.strip().partition(":")
+        if not name or (slots and not slots.isdigit()) or slots == "0":
+            raise ValueError("-H %r: each entry is host or host:slots with slots >= 1" % spec)
+        if any(name == h for h, _ in hosts):
+            raise ValueError("-H %r lists %s twice" % (spec, name))
+        hosts.append((name, int(slots or 1)))
+    return hosts
+
+
+def assign_slots(hosts, num_proc):
+    """One ``(host, local_rank, local_size, cross_rank)`` per rank, filling hosts in order."""
+    total = sum(slots for _, slots in hosts)
+    if total < num_proc:
+        raise ValueError("-np %d needs %d slots; -H offers %d" % (num_proc, num_proc, total))
+    used, left = [], num_proc
+    for host, slots in hosts:
+        if left == 0:
+            break
+        used.append((host, min(slots, left)))
+        left -= used[-1][1]
+    return [(host, local, count, cross) for cross, (host, count) in enumerate(used) for local in range(count)]
+
+
+def _is_this_host(host):
+    return host in ("localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn())
+
+
+def _address_towards(host):
+    """This host's address on the route to ``host`` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, 9))
+            return probe.getsockname()[0]
+        except OSError as e:
+            raise SystemExit("horovodrs: cannot reach host %s: %s" % (host, e))
 
 
 def _pump(stream, prefix, out):
@@ -43,24 +94,48 @@ def _pump(stream, prefix, out):
     stream.close()
 
 
-def run(num_proc, command, env=None):
-    """Runs ``command`` as ranks 0..num_proc-1; returns the job's exit code."""
+def _ssh(host, port, variables, command):
+    """The ssh command that runs ``command`` on ``host`` with ``variables`` set, in this working
+    directory. The secret is read from standard input first; then a watcher stops the process
+    when standard input closes (the launcher closes it, or the connection dropped)."""
+    exports = " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in sorted(variables.items()))
+    script = ("read -r HOROVOD_RS_SECRET || exit 255; export HOROVOD_RS_SECRET; cd %s || exit 255; "
+              "exec 3<&0; env %s %s 3<&- & child=$!; "
+              # A background job's standard input is /dev/null: the watcher reads the real one as fd 3.
+              "(cat <&3 > /dev/null; kill -TERM $child 2> /dev/null) > /dev/null 2>&1 & "
+              "watcher=$!; wait $child; code=$?; kill $watcher 2> /dev/null; exit $code"
+              % (shlex.quote(os.getcwd()), exports, " ".join(shlex.quote(c) for c in command)))
+    ssh = shlex.split(os.environ.get("HOROVOD_RS_SSH", "ssh -o BatchMode=yes -o StrictHostKeyChecking=no"))
+    return ssh + (["-p", str(port)] if port else []) + [host, script]
+
+
+def run(num_proc, command, env=None, slots=None, ssh_port=None):
+    """Runs ``command`` as ranks 0..num_proc-1, on this host or on ``slots`` (from
+    ``assign_slots``); returns the job's exit code."""
+    slots = slots or [("127.0.0.1", r, num_proc, 0) for r in range(num_proc)]
+    remote = sorted({h for h, _, _, _ in slots if not _is_this_host(h)})
+    # With other hosts in the job, this host's ranks and the service need an address they reach.
+    here = _address_towards(remote[0]) if remote else "127.0.0.1"
     secret = secrets.token_bytes(32)
     service = _native.Rendezvous(secret, num_proc)
-    base = dict(os.environ if env is None else env)
-    base.update({
+    shared = {
         "HOROVOD_SIZE": str(num_proc),
-        "HOROVOD_LOCAL_SIZE": str(num_proc),
-        "HOROVOD_CROSS_RANK": "0",
-        "HOROVOD_CROSS_SIZE": "1",
-        "HOROVOD_HOSTNAME": "127.0.0.1",
-        "HOROVOD_RS_RENDEZVOUS": "127.0.0.1:%d" % service.port(),
-        "HOROVOD_RS_SECRET": secret.hex(),
-    })
+        "HOROVOD_CROSS_SIZE": str(len({h for h, _, _, _ in slots})),
+        "HOROVOD_RS_RENDEZVOUS": "%s:%d" % (here, service.port()),
+    }
+    base = dict(os.environ if env is None else env, HOROVOD_RS_SECRET=secret.hex(), **shared)
     processes, pumps = [], []
-    for rank in range(num_proc):
-        env_rank = dict(base, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(rank))
-        p = subprocess.Popen(command, env=env_rank, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for rank, (host, local_rank, local_size, cross_rank) in enumerate(slots):
+        variables = dict(shared, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(local_rank),
+                         HOROVOD_LOCAL_SIZE=str(local_size), HOROVOD_CROSS_RANK=str(cross_rank),
+                         HOROVOD_HOSTNAME=here if _is_this_host(host) else host)
+        if host in remote:
+            p = subprocess.Popen(_ssh(host, ssh_port, variables, command), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            p.stdin.write(secret.hex().encode() + b"\n")
+            p.stdin.flush()
+        else:
+            p = subprocess.Popen(command, env=dict(base, **variables), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         processes.append(p)
         for stream, out, tag in ((p.stdout, sys.stdout, b"stdout"), (p.stderr, sys.stderr, b"stderr")):
             t = threading.Thread(target=_pump, args=(stream, b"[%d]<%s>:" % (rank, tag), out), daemon=True)
@@ -88,6 +163,12 @@ def run(num_proc, command, env=None):
 
 def _stop(processes):
     for p in processes:
+        if p.stdin is not None:  # over ssh: closing standard input stops the remote process
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+    for p in processes:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
     deadline = time.time() + GRACE_S
@@ -101,7 +182,7 @@ def _stop(processes):
 
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
-    sys.exit(run(args.num_proc, args.command))
+    sys.exit(run(args.num_proc, args.command, slots=args.slots, ssh_port=args.ssh_port))
 
 
 if __name__ == "__main__":

@@ -35,3 +35,58 @@ def test_a_rank_that_never_joins_is_a_timeout_not_a_hang():
                          timeout=120, env={**__import__("os").environ, **env_timeout})
     assert out.returncode == 4, out.stdout + out.stderr
     assert "init failed" in out.stdout
+
+
+FAKE_SSH = """#!/bin/sh
+# Stands in for ssh: records the host, runs the remote script here (127.0.0.2 is this host too).
+while [ "$#" -gt 2 ]; do shift; done
+echo "$1" >> "$HOSTS_SEEN"
+exec sh -c "$2"
+"""
+
+
+def _with_fake_ssh(tmp_path):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    seen = tmp_path / "hosts"
+    return dict(__import__("os").environ, HOROVOD_RS_SSH=str(ssh), HOSTS_SEEN=str(seen)), seen
+
+
+def test_hosts_are_filled_in_order_and_other_hosts_start_over_ssh(tmp_path):
+    env, seen = _with_fake_ssh(tmp_path)
+    script = ("import os, torch; import horovod_rs.torch as hvd; hvd.init()\n"
+              "s = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)\n"
+              "key = os.environ['HOROVOD_RS_SECRET']\n"
+              "argv = [open('/proc/%d/cmdline' % p).read() for p in (os.getpid(), os.getppid())]\n"
+              "print(hvd.rank(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), int(s),\n"
+              "      'secret on a command line' if any(key in a for a in argv) else 'ok')\n")
+    out = subprocess.run(HOROVODRS + ["-H", "localhost:1,127.0.0.2:2", "-np", "3", sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 0 1 0 3 ok", "[1]<stdout>:1 0 2 1 3 ok",
+                                               "[2]<stdout>:2 1 2 1 3 ok"]
+    assert seen.read_text().split() == ["127.0.0.2", "127.0.0.2"]
+
+
+def test_a_failing_remote_rank_stops_the_job_and_the_sleeping_remote_one(tmp_path):
+    env, _ = _with_fake_ssh(tmp_path)
+    marker = tmp_path / "survived"
+    script = ("import os, sys, time; r = int(os.environ['HOROVOD_RANK'])\n"
+              "if r == 2: sys.exit(5)\n"
+              "time.sleep(30); open(%r, 'w').write('still running')\n" % str(marker))
+    started = time.time()
+    out = subprocess.run(HOROVODRS + ["-H", "localhost:1,127.0.0.2:2", "-np", "3", sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 5, out.stdout + out.stderr
+    assert "rank 2 exited with code 5" in out.stderr
+    assert time.time() - started < 20
+    time.sleep(1)
+    assert not marker.exists()
+
+
+def test_too_few_slots_is_refused_before_anything_starts():
+    out = subprocess.run(HOROVODRS + ["-H", "a:1,b:2", "-np", "4", "true"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2
+    assert "-np 4 needs 4 slots; -H offers 3" in out.stderr
