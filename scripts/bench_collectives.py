@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["horovod-rs", "mpi-shm", "horovod-rs-tcp", "mpi-tcp", "gloo"]
+ORDER = ["horovod-rs", "mpi-shm", "horovod-rs-tcp", "mpi-tcp", "horovod-rs-hier", "gloo"]
 
 
 def human(nbytes):

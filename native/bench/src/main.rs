@@ -13,8 +13,13 @@
 //! (as nccl-tests defines it).
 //!
 //! Usage: `horovod-bench [RANKS...]` (default `2 3 4`); the environment
-//! variable `HOROVOD_BENCH_TRANSPORTS` (default `auto,tcp`) picks which
-//! transports run. Output: `impl,ranks,bytes,seconds,busbw_gbps`.
+//! variable `HOROVOD_BENCH_TRANSPORTS` (default `auto,tcp,hier`) picks which
+//! transports run: `auto` (shared memory on one host), `tcp` (forced), and
+//! `hier`, which gives the second half of the ranks another host name for
+//! this machine (`localhost` instead of `127.0.0.1`), so the job looks like
+//! two hosts: shared memory within each half, TCP between them (the
+//! hierarchical allreduce of multi-host jobs). Output:
+//! `impl,ranks,bytes,seconds,busbw_gbps`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
@@ -50,19 +55,51 @@ fn main() -> ExitCode {
     }
 }
 
-/// The name a transport has in the CSV's `impl` column.
-fn impl_name(transport: Transport) -> &'static str {
-    match transport {
-        Transport::Auto => "horovod-rs",
-        Transport::Tcp => "horovod-rs-tcp",
-    }
+/// How a job's ranks talk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Shared memory: every rank on one host.
+    Shm,
+    /// TCP between every pair, forced.
+    Tcp,
+    /// Two host names: shared memory within each, TCP between.
+    Hier,
 }
 
-fn parse_transport(name: &str) -> Result<Transport, String> {
-    match name.trim() {
-        "auto" => Ok(Transport::Auto),
-        "tcp" => Ok(Transport::Tcp),
-        other => Err(format!("unknown transport {other:?} (auto or tcp)")),
+impl Mode {
+    fn parse(name: &str) -> Result<Mode, String> {
+        match name.trim() {
+            "auto" => Ok(Mode::Shm),
+            "tcp" => Ok(Mode::Tcp),
+            "hier" => Ok(Mode::Hier),
+            other => Err(format!("unknown transport {other:?} (auto, tcp or hier)")),
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Shm => "auto",
+            Mode::Tcp => "tcp",
+            Mode::Hier => "hier",
+        }
+    }
+
+    /// The name in the CSV's `impl` column.
+    fn impl_name(self) -> &'static str {
+        match self {
+            Mode::Shm => "horovod-rs",
+            Mode::Tcp => "horovod-rs-tcp",
+            Mode::Hier => "horovod-rs-hier",
+        }
+    }
+
+    /// The host name rank `rank` of `size` advertises.
+    fn host(self, rank: usize, size: usize) -> &'static str {
+        if self == Mode::Hier && rank >= size / 2 {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        }
     }
 }
 
@@ -74,23 +111,27 @@ fn run_parent() -> Result<(), String> {
             .map(|a| a.parse().map_err(|_| format!("not a rank count: {a}")))
             .collect::<Result<_, _>>()?,
     };
-    let transports =
-        std::env::var("HOROVOD_BENCH_TRANSPORTS").unwrap_or_else(|_| "auto,tcp".into());
-    let transports: Vec<Transport> = transports
+    let modes =
+        std::env::var("HOROVOD_BENCH_TRANSPORTS").unwrap_or_else(|_| "auto,tcp,hier".into());
+    let modes: Vec<Mode> = modes
         .split(',')
-        .map(parse_transport)
+        .map(Mode::parse)
         .collect::<Result<_, _>>()?;
     println!("impl,ranks,bytes,seconds,busbw_gbps");
     for &size in &ranks {
-        for &transport in &transports {
-            run_job(size, transport)?;
+        for &mode in &modes {
+            // With fewer than 4 ranks, two halves hold one rank each at most
+            // on one side: nothing to share, so no hierarchy.
+            if mode != Mode::Hier || size >= 4 {
+                run_job(size, mode)?;
+            }
         }
     }
     Ok(())
 }
 
 /// Runs one job of `size` rank processes and forwards rank 0's CSV lines.
-fn run_job(size: usize, transport: Transport) -> Result<(), String> {
+fn run_job(size: usize, mode: Mode) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let service = RendezvousService::start("127.0.0.1:0", SECRET, size)
         .map_err(|e| format!("starting the rendezvous service: {e}"))?;
@@ -100,14 +141,7 @@ fn run_job(size: usize, transport: Transport) -> Result<(), String> {
             .env(RANK_VAR, rank.to_string())
             .env(SIZE_VAR, size.to_string())
             .env(SERVICE_VAR, format!("127.0.0.1:{}", service.port()))
-            .env(
-                TRANSPORT_VAR,
-                if transport == Transport::Tcp {
-                    "tcp"
-                } else {
-                    "auto"
-                },
-            )
+            .env(TRANSPORT_VAR, mode.arg())
             .stdout(if rank == 0 {
                 Stdio::piped()
             } else {
@@ -138,7 +172,7 @@ fn run_job(size: usize, transport: Transport) -> Result<(), String> {
     } else {
         Err(format!(
             "{} with {size} ranks: {}",
-            impl_name(transport),
+            mode.impl_name(),
             failed.join(", ")
         ))
     }
@@ -154,19 +188,26 @@ fn run_rank(rank: &str) -> Result<(), String> {
         .parse()
         .map_err(|_| "bad job size".to_string())?;
     let service = env(SERVICE_VAR)?;
-    let transport = parse_transport(&env(TRANSPORT_VAR)?)?;
+    let mode = Mode::parse(&env(TRANSPORT_VAR)?)?;
     let listener = Listener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let entry = format!("127.0.0.1:{}", listener.port());
+    let entry = format!("{}:{}", mode.host(rank, size), listener.port());
     let addresses = exchange_entries(&service, SECRET, rank, size, 0, &entry, TIMEOUT)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     let config = CommConfig {
         connect_timeout: TIMEOUT,
         io_timeout: TIMEOUT,
-        transport,
+        transport: if mode == Mode::Tcp {
+            Transport::Tcp
+        } else {
+            Transport::Auto
+        },
     };
     let mut comm = connect(listener, rank, &addresses, SECRET, &config)
         .map_err(|e| format!("rank {rank}: {e}"))?;
-    let name = impl_name(transport);
+    if mode == Mode::Hier && !comm.is_hierarchical() {
+        return Err(format!("rank {rank}: the two-host job is not hierarchical"));
+    }
+    let name = mode.impl_name();
     for bytes in SIZES {
         let count = (bytes / 4).max(1);
         let mut data = vec![1.0f32; count];

@@ -18,6 +18,7 @@ use std::time::Duration;
 use log::debug;
 
 use crate::error::{Error, Result};
+use crate::hierarchy::Hierarchy;
 use crate::link::Link;
 use crate::reduce::{Element, ReduceOp};
 use crate::shm::ShmTransport;
@@ -75,6 +76,9 @@ pub struct Communicator {
     /// The shared memory transport, when every rank is on this host; the
     /// collectives then use it instead of the links.
     shm: Option<ShmTransport>,
+    /// Per-host and cross-host levels for allreduce, when the ranks span
+    /// several hosts and share some ([`crate::hierarchy`]).
+    hierarchy: Option<Box<Hierarchy>>,
 }
 
 impl Communicator {
@@ -89,6 +93,7 @@ impl Communicator {
             seq: 0,
             failure: None,
             shm: None,
+            hierarchy: None,
         }
     }
 
@@ -98,10 +103,25 @@ impl Communicator {
         self
     }
 
+    /// This communicator, running allreduce through `hierarchy` if given.
+    pub(crate) fn with_hierarchy(mut self, hierarchy: Option<Hierarchy>) -> Communicator {
+        self.hierarchy = hierarchy.map(Box::new);
+        self
+    }
+
     /// Whether collectives go through shared memory (every rank is on this
     /// host and the transport is `Auto`) rather than TCP.
     pub fn uses_shared_memory(&self) -> bool {
         self.shm.is_some()
+    }
+
+    /// Whether allreduce is hierarchical: ranks on several hosts, some
+    /// sharing one, reduce within each host through shared memory and
+    /// across hosts over TCP.
+    pub fn is_hierarchical(&self) -> bool {
+        self.hierarchy
+            .as_ref()
+            .is_some_and(|h| h.local_uses_shared_memory())
     }
 
     /// This rank, in `0..size`.
@@ -130,9 +150,11 @@ impl Communicator {
         }
         let header = Header::allreduce(self.seq, T::CODE, op, data.len());
         self.seq += 1;
-        let result = match &mut self.shm {
-            Some(shm) => shm.allreduce(&self.links, data, op, &header),
-            None => tcp::allreduce(self, data, op, &header),
+        let result = match (&mut self.shm, &mut self.hierarchy) {
+            (Some(shm), _) => shm.allreduce(&self.links, data, op, &header),
+            // The levels exchange headers of their own.
+            (None, Some(hierarchy)) => hierarchy.allreduce(data, op),
+            (None, None) => tcp::allreduce(self, data, op, &header),
         };
         self.settle(result)
     }

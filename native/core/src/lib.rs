@@ -32,6 +32,7 @@ mod communicator;
 mod dtype;
 pub mod engine;
 mod error;
+mod hierarchy;
 mod link;
 pub mod nccl;
 mod reduce;

@@ -38,6 +38,7 @@ use log::{debug, warn};
 use crate::auth::{self, Role, Secret, TAG_LEN};
 use crate::communicator::{CommConfig, Communicator};
 use crate::error::{Error, FirstError, Result};
+use crate::hierarchy::Hierarchy;
 use crate::link::{io_error, Link};
 use crate::shm;
 use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, KIND_RANK, NATIVE_ENDIAN, PREFIX_LEN};
@@ -191,11 +192,18 @@ pub fn connect(
         });
     }
     let shm = shm::negotiate(rank, &links, addresses, config)?;
+    let hierarchy = match shm {
+        Some(_) => None,
+        None => Hierarchy::build(rank, &links, addresses, config)?,
+    };
     debug!(
-        "rank {rank}: connected to all {size} ranks; shared memory: {}",
-        shm.is_some()
+        "rank {rank}: connected to all {size} ranks; shared memory: {}; hierarchical: {}",
+        shm.is_some(),
+        hierarchy.is_some()
     );
-    Ok(Communicator::new(rank, size, links).with_shm(shm))
+    Ok(Communicator::new(rank, size, links)
+        .with_shm(shm)
+        .with_hierarchy(hierarchy))
 }
 
 fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()> {

@@ -202,7 +202,11 @@ fn child_entry() {
     };
     match common::scenario().as_str() {
         "matrix" => {
-            say(format!("SHM {}", comm.uses_shared_memory()));
+            say(format!(
+                "SHM {} HIER {}",
+                comm.uses_shared_memory(),
+                comm.is_hierarchical()
+            ));
             match matrix(&mut comm) {
                 Ok(cases) => say(format!("OK {cases} cases")),
                 Err(failure) => say(format!("FAIL {failure}")),
@@ -235,7 +239,11 @@ fn run_matrix(size: usize, transport: &str) {
             lines.last().is_some_and(|l| l.starts_with("OK ")),
             "rank {rank} of {size}: {lines:?}"
         );
-        assert_eq!(lines[0], format!("SHM {shm}"), "rank {rank} of {size}");
+        assert_eq!(
+            lines[0],
+            format!("SHM {shm} HIER false"),
+            "rank {rank} of {size}"
+        );
         let hashes: Vec<_> = lines.iter().filter(|l| l.starts_with("HASH")).collect();
         let first: Vec<_> = outputs[0]
             .iter()
@@ -299,12 +307,61 @@ fn mixed_transports_agree_on_tcp() {
     let mut job = Job::start("matrix", vec![auto.clone(), tcp, auto]);
     job.send_all();
     for (rank, lines) in job.finish(Duration::from_secs(120)).iter().enumerate() {
-        assert_eq!(lines[0], "SHM false", "rank {rank}: {lines:?}");
+        assert_eq!(lines[0], "SHM false HIER false", "rank {rank}: {lines:?}");
         assert!(
             lines.last().is_some_and(|l| l.starts_with("OK ")),
             "{lines:?}"
         );
     }
+}
+
+/// Ranks on "hosts" named by `hosts[rank]`: every host name resolves to
+/// this machine, but ranks group by the name, so ranks of one name share
+/// memory and different names talk over TCP (the hierarchical allreduce).
+fn run_hierarchical(hosts: &[&str]) {
+    let mut job = Job::start("matrix", vec![RankSpec::default(); hosts.len()]);
+    let addresses: Vec<String> = job
+        .addresses()
+        .iter()
+        .zip(hosts)
+        .map(|(address, host)| address.replacen("127.0.0.1", host, 1))
+        .collect();
+    for rank in 0..hosts.len() {
+        job.send_addresses(rank, &addresses);
+    }
+    let outputs = job.finish(Duration::from_secs(120));
+    for (rank, lines) in outputs.iter().enumerate() {
+        assert_eq!(lines[0], "SHM false HIER true", "rank {rank} of {hosts:?}");
+        assert!(
+            lines.last().is_some_and(|l| l.starts_with("OK ")),
+            "rank {rank} of {hosts:?}: {lines:?}"
+        );
+        let hashes = |lines: &[String]| {
+            lines
+                .iter()
+                .filter(|l| l.starts_with("HASH"))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(hashes(lines), hashes(&outputs[0]), "rank {rank} differs");
+    }
+    common::assert_no_shm_leftovers();
+}
+
+#[test]
+fn hierarchical_two_hosts_of_two_ranks() {
+    run_hierarchical(&["127.0.0.1", "127.0.0.1", "localhost", "localhost"]);
+}
+
+#[test]
+fn hierarchical_uneven_interleaved_hosts() {
+    run_hierarchical(&[
+        "127.0.0.1",
+        "localhost",
+        "127.0.0.1",
+        "localhost",
+        "127.0.0.1",
+    ]);
 }
 
 #[test]

@@ -113,6 +113,12 @@ fn killed_mid_allreduce(spec: RankSpec, transport: &str) {
 fn killed_mid_allreduce_among(size: usize, spec: RankSpec, transport: &str) {
     let mut job = Job::start("kill", vec![spec; size]);
     job.send_all();
+    survivors_fail_fast(job, size, transport);
+}
+
+/// Kills the last rank of a running `job` of `size` ranks once it has
+/// finished a few allreduces; every other rank must fail fast.
+fn survivors_fail_fast(mut job: Job, size: usize, transport: &str) {
     let ready = job.expect(0, "READY", Duration::from_secs(10));
     assert_eq!(ready, format!("READY {transport}"));
     let last = size - 1;
@@ -130,6 +136,24 @@ fn killed_mid_allreduce_among(size: usize, spec: RankSpec, transport: &str) {
         named |= message.starts_with(&format!("connection to rank {last} lost"));
     }
     assert!(named, "no survivor named rank {last}");
+}
+
+#[test]
+fn peer_killed_mid_hierarchical_allreduce_fails_every_survivor_fast() {
+    // Ranks 0, 1 on one "host", 2, 3 on another (both names are this machine).
+    let mut job = Job::start("kill", vec![role("loop"); 4]);
+    let hosts = ["127.0.0.1", "127.0.0.1", "localhost", "localhost"];
+    let addresses: Vec<String> = job
+        .addresses()
+        .iter()
+        .zip(hosts)
+        .map(|(address, host)| address.replacen("127.0.0.1", host, 1))
+        .collect();
+    for rank in 0..4 {
+        job.send_addresses(rank, &addresses);
+    }
+    survivors_fail_fast(job, 4, "shm=false");
+    common::assert_no_shm_leftovers();
 }
 
 #[test]

@@ -79,6 +79,15 @@ pub(crate) struct ShmTransport {
 }
 
 impl ShmTransport {
+    /// Never busy-polls: for the ranks of one host in a hierarchical job,
+    /// whose waits include other hosts' network round trips.
+    pub(crate) fn without_spinning(mut self) -> ShmTransport {
+        self.spin = false;
+        self
+    }
+}
+
+impl ShmTransport {
     fn new(segment: Segment, rank: usize, size: usize, io_timeout: Duration) -> ShmTransport {
         let cores = thread::available_parallelism().map_or(1, |n| n.get());
         ShmTransport {

@@ -21,6 +21,7 @@ use super::segment::{unlink, Segment};
 use super::{ShmTransport, SLOT_BYTES};
 use crate::communicator::{CommConfig, Transport};
 use crate::error::{Error, Result};
+use crate::hierarchy::host;
 use crate::link::Link;
 
 const DURING: &str = "shared memory setup";
@@ -32,11 +33,6 @@ impl Drop for Unlink {
     fn drop(&mut self) {
         unlink(&self.0);
     }
-}
-
-/// The host part of "host:port".
-fn host(address: &str) -> &str {
-    address.rsplit_once(':').map_or(address, |(host, _)| host)
 }
 
 /// Agrees with all ranks on the transport; returns the shared memory
