@@ -172,14 +172,15 @@ impl Rank {
             let entry = format!("{host}:{}", listener.port());
             let timeout = Duration::from_secs_f64(connect_timeout_s);
             let entries = exchange_entries(&service, &secret, rank, size, 0, &entry, timeout)?;
-            let config = CommConfig {
-                connect_timeout: timeout,
-                io_timeout: Duration::from_secs_f64(io_timeout_s),
-                ..CommConfig::default()
-            };
-            let communicator = connect(listener, rank, &entries, &secret, &config)?;
-            let engine = Engine::start(communicator, EngineConfig::parse(&engine_config)?)?;
-            Ok(Rank { engine })
+            start_rank(
+                listener,
+                rank,
+                &entries,
+                &secret,
+                connect_timeout_s,
+                io_timeout_s,
+                &engine_config,
+            )
         })
         .map_err(py_err)
     }
@@ -299,6 +300,82 @@ impl Rank {
     }
 }
 
+/// Connects to the ranks at `entries` and starts this rank's engine.
+fn start_rank(
+    listener: Listener,
+    rank: usize,
+    entries: &[String],
+    secret: &[u8],
+    connect_timeout_s: f64,
+    io_timeout_s: f64,
+    engine_config: &str,
+) -> horovod_core::Result<Rank> {
+    let config = CommConfig {
+        connect_timeout: Duration::from_secs_f64(connect_timeout_s),
+        io_timeout: Duration::from_secs_f64(io_timeout_s),
+        ..CommConfig::default()
+    };
+    let communicator = connect(listener, rank, entries, secret, &config)?;
+    let engine = Engine::start(communicator, EngineConfig::parse(engine_config)?)?;
+    Ok(Rank { engine })
+}
+
+/// A rank of a new group (a process set) before it connects: its listener, whose port the
+/// group's members exchange (through the job's engine) before they all call `connect`.
+#[pyclass]
+struct Joining {
+    listener: Option<Listener>,
+}
+
+#[pymethods]
+impl Joining {
+    #[new]
+    fn new() -> PyResult<Joining> {
+        let listener = Listener::bind("0.0.0.0:0").map_err(py_err)?;
+        Ok(Joining {
+            listener: Some(listener),
+        })
+    }
+
+    fn port(&self) -> PyResult<u16> {
+        self.listener
+            .as_ref()
+            .map(|l| l.port())
+            .ok_or_else(|| PyRuntimeError::new_err("already connected"))
+    }
+
+    /// Connects as `rank` of the group whose members listen at `entries` and starts its engine.
+    #[pyo3(signature = (rank, entries, secret, connect_timeout_s, io_timeout_s, engine_config))]
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        &mut self,
+        py: Python<'_>,
+        rank: usize,
+        entries: Vec<String>,
+        secret: Vec<u8>,
+        connect_timeout_s: f64,
+        io_timeout_s: f64,
+        engine_config: String,
+    ) -> PyResult<Rank> {
+        let listener = self
+            .listener
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("already connected"))?;
+        py.allow_threads(move || {
+            start_rank(
+                listener,
+                rank,
+                &entries,
+                &secret,
+                connect_timeout_s,
+                io_timeout_s,
+                &engine_config,
+            )
+        })
+        .map_err(py_err)
+    }
+}
+
 /// Whether this build runs GPU tensors' collectives on NCCL (the `cuda` feature).
 #[pyfunction]
 fn cuda_built() -> bool {
@@ -330,6 +407,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Rendezvous>()?;
     m.add_class::<Rank>()?;
     m.add_class::<Work>()?;
+    m.add_class::<Joining>()?;
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
     Ok(())
 }

@@ -16,13 +16,17 @@ _state = None
 
 
 class _State:
-    def __init__(self, rank, env):
+    def __init__(self, rank, env, secret, host, connect_timeout, engine_config):
         self.rank = rank
+        # What a process set's ranks need to connect among themselves.
+        self.secret, self.host = secret, host
+        self.connect_timeout, self.engine_config = connect_timeout, engine_config
         self.local_rank = int(env.get("HOROVOD_LOCAL_RANK", rank.rank()))
         self.local_size = int(env.get("HOROVOD_LOCAL_SIZE", rank.size()))
         self.cross_rank = int(env.get("HOROVOD_CROSS_RANK", 0))
         self.cross_size = int(env.get("HOROVOD_CROSS_SIZE", 1))
-        self.counter = 0
+        self.counters = {}  # per process set: its ranks name unnamed collectives alike
+        self.process_sets = {}  # id -> ProcessSet, beyond the global one
 
 
 def _engine_config(env):
@@ -39,8 +43,17 @@ def _engine_config(env):
     return "\n".join(lines)
 
 
-def init():
-    """Joins the job: connects to every other rank. Every rank must call it."""
+def init(process_sets=None):
+    """Joins the job: connects to every other rank. Every rank must call it. ``process_sets``: a
+    list of ``ProcessSet`` to add at once (``add_process_set``), as in Horovod."""
+    _init()
+    for process_set in process_sets or []:
+        from horovod_rs.common.process_sets import add_process_set
+
+        add_process_set(process_set)
+
+
+def _init():
     global _state
     with _lock:
         if _state is not None:
@@ -61,7 +74,7 @@ def init():
                               _engine_config(env))
         if local is not None:
             local.close()
-        _state = _State(native, env)
+        _state = _State(native, env, secret, host, connect_timeout, _engine_config(env))
 
 
 def shutdown():
@@ -105,11 +118,12 @@ def cross_rank():
     return state().cross_rank
 
 
-def next_name(kind):
-    """Horovod's automatic names: every rank calls unnamed collectives in the same order."""
-    s = state()
-    s.counter += 1
-    return "%s.noname.%d" % (kind, s.counter)
+def next_name(kind, process_set_id=0):
+    """Horovod's automatic names: every rank (of the process set) calls unnamed collectives in the
+    same order."""
+    counters = state().counters
+    counters[process_set_id] = counters.get(process_set_id, 0) + 1
+    return "%s.noname.%d" % (kind, counters[process_set_id])
 
 
 # Horovod's build queries: scripts branch on them. This build has its own TCP and shared-memory

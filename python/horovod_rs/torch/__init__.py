@@ -16,6 +16,13 @@ import numpy as np
 import torch
 
 from horovod_rs.common import basics
+from horovod_rs.common import process_sets as _process_sets
+from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
     ccl_built,
     cuda_built,
@@ -102,27 +109,29 @@ def _from_bytes(data, dtype, shape):
     return result.reshape(shape)
 
 
-def _submit(kind, tensor, name, output=None, received_splits=None, **options):
+def _submit(kind, tensor, name, output=None, received_splits=None, process_set=None, **options):
     """Submits a named collective; the handle remembers where its result goes.
 
     ``received_splits`` is the work of the alltoall that tells this rank how many rows each rank
     sent it (Horovod's alltoall returns them beside the data)."""
-    name = name or basics.next_name(kind)
+    engine, set_id = _process_sets.engine(process_set)
+    name = name or basics.next_name(kind, set_id)
     if tensor.device.type == "cuda":
-        return _submit_cuda(kind, tensor, name, output, received_splits, **options)
+        return _submit_cuda(kind, tensor, name, output, received_splits, process_set, **options)
     # An in-place call on a contiguous tensor lends the engine the tensor's memory: no copies.
     in_place = output is tensor and tensor.is_contiguous()
-    work = basics.state().rank.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape),
-                                      in_place=in_place, **options)
+    work = engine.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape), in_place=in_place,
+                         **options)
     return _remember(_Pending(work, tensor.dtype, output, received_splits))
 
 
-def _submit_cuda(kind, tensor, name, output, received_splits, **options):
+def _submit_cuda(kind, tensor, name, output, received_splits, process_set, **options):
     """A GPU tensor's collective: on NCCL when built for it (allreduce and broadcast), else through
     host memory, the result moved back to the tensor's device."""
     device = tensor.device
     if not (cuda_built() and kind in ("allreduce", "broadcast")):
-        host = _submit(kind, tensor.detach().cpu(), name, received_splits=received_splits, **options)
+        host = _submit(kind, tensor.detach().cpu(), name, received_splits=received_splits, process_set=process_set,
+                       **options)
         pending = _handles[host]
 
         def back_to_device(result):
@@ -141,7 +150,7 @@ def _submit_cuda(kind, tensor, name, output, received_splits, **options):
     if prescale != 1.0:  # NCCL has no scaling: scale on the stream, before and after
         t.mul_(prescale)
     stream = torch.cuda.current_stream(device).cuda_stream
-    work = basics.state().rank.submit_device(kind, name, t.data_ptr(), t.numel() * t.element_size(), device.index,
+    work = _process_sets.engine(process_set)[0].submit_device(kind, name, t.data_ptr(), t.numel() * t.element_size(), device.index,
                                              stream, _dtype_name(t), list(t.shape), t, **options)
 
     def finish(_):
@@ -206,81 +215,94 @@ def _wait(work, dtype, output):
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None):
     return _submit("allreduce", tensor, name, op=_op(op, average), prescale=prescale_factor,
-                   postscale=postscale_factor)
+                   postscale=postscale_factor, process_set=process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
     return _submit("allreduce", tensor, name, output=tensor, op=_op(op, average), prescale=prescale_factor,
-                   postscale=postscale_factor)
+                   postscale=postscale_factor, process_set=process_set)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     compressed, ctx = compression.compress(tensor)
-    result = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor))
+    result = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor,
+                                         process_set))
     return compression.decompress(result, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None):
-    base = name or basics.next_name("grouped_allreduce")
-    return [allreduce_async(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor)
+    base = name or basics.next_name("grouped_allreduce", _process_sets.engine(process_set)[1])
+    return [allreduce_async(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor, process_set)
             for i, t in enumerate(tensors)]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None):
-    base = name or basics.next_name("grouped_allreduce")
-    return [allreduce_async_(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor)
+    base = name or basics.next_name("grouped_allreduce", _process_sets.engine(process_set)[1])
+    return [allreduce_async_(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor, process_set)
             for i, t in enumerate(tensors)]
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     pairs = [compression.compress(t) for t in tensors]
-    handles = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor, postscale_factor)
+    handles = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor, postscale_factor,
+                                      process_set)
     return [compression.decompress(synchronize(h), ctx) for h, (_, ctx) in zip(handles, pairs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None):
     return [synchronize(h) for h in grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                             postscale_factor)]
+                                                             postscale_factor, process_set)]
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    return _submit("allgather", tensor, name)
+    return _submit("allgather", tensor, name, process_set=process_set)
 
 
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along the first dimension, which may differ per rank."""
-    return synchronize(allgather_async(tensor, name))
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def _root(root_rank, process_set):
+    """``root_rank`` (a rank of the job) as a position in ``process_set``."""
+    if process_set is None or process_set.process_set_id == 0:
+        return root_rank
+    if root_rank not in process_set.ranks:
+        raise ValueError("broadcast root %d is not in %r" % (root_rank, process_set))
+    return process_set.ranks.index(root_rank)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return _submit("broadcast", tensor, name, root=root_rank)
+    return _submit("broadcast", tensor, name, root=_root(root_rank, process_set), process_set=process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _submit("broadcast", tensor, name, output=tensor, root=root_rank)
+    return _submit("broadcast", tensor, name, output=tensor, root=_root(root_rank, process_set),
+                   process_set=process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name))
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    n = size()
+    engine, set_id = _process_sets.engine(process_set)
+    n = engine.size()
     if splits is None:
         if tensor.shape[0] % n:
             raise ValueError("alltoall without splits needs a first dimension divisible by %d" % n)
@@ -289,32 +311,31 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     if len(splits) != n or sum(splits) != tensor.shape[0]:
         raise ValueError("alltoall splits %s need one entry per rank (%d) summing to the first dimension %d"
                          % (splits, n, tensor.shape[0]))
-    name = name or basics.next_name("alltoall")
+    name = name or basics.next_name("alltoall", set_id)
     # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
     counts = torch.tensor(splits, dtype=torch.int32).reshape(n, 1)
-    received = basics.state().rank.submit("alltoall", name + ".splits", _byte_view(counts), "int32", [n, 1],
-                                          splits=[1] * n)
-    return _submit("alltoall", tensor, name, received_splits=received, splits=splits)
+    received = engine.submit("alltoall", name + ".splits", _byte_view(counts), "int32", [n, 1], splits=[1] * n)
+    return _submit("alltoall", tensor, name, received_splits=received, splits=splits, process_set=process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Rank r's ``splits[i]`` rows go to rank i. Returns the rows this rank received, by sender;
     with ``splits`` given, ``(rows, received_splits)`` as in Horovod."""
-    output, received_splits = synchronize(alltoall_async(tensor, splits, name))
+    output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received_splits)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None):
-    return _submit("reducescatter", tensor, name, op=op)
+    return _submit("reducescatter", tensor, name, op=op, process_set=process_set)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None):
     compressed, ctx = compression.compress(tensor)
-    return compression.decompress(synchronize(reducescatter_async(compressed, name, op)), ctx)
+    return compression.decompress(synchronize(reducescatter_async(compressed, name, op, process_set)), ctx)
 
 
 def barrier(process_set=None):
-    synchronize(_submit("barrier", torch.zeros(0, dtype=torch.uint8), None))
+    synchronize(_submit("barrier", torch.zeros(0, dtype=torch.uint8), None, process_set=process_set))
 
 
 def join(device=-1):
@@ -327,21 +348,21 @@ def join(device=-1):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """``obj`` from ``root_rank`` on every rank (pickled)."""
-    name = name or basics.next_name("broadcast_object")
+    name = name or basics.next_name("broadcast_object", _process_sets.engine(process_set)[1])
     payload = torch.from_numpy(np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy())
-    length = broadcast(torch.tensor([payload.numel()], dtype=torch.int64), root_rank, name + ".length")
+    length = broadcast(torch.tensor([payload.numel()], dtype=torch.int64), root_rank, name + ".length", process_set)
     if rank() != root_rank:
         payload = torch.zeros(int(length[0]), dtype=torch.uint8)
-    data = broadcast(payload, root_rank, name)
+    data = broadcast(payload, root_rank, name, process_set)
     return pickle.loads(data.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=None):
     """Every rank's ``obj``, in rank order (pickled)."""
-    name = name or basics.next_name("allgather_object")
+    name = name or basics.next_name("allgather_object", _process_sets.engine(process_set)[1])
     payload = torch.from_numpy(np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy())
-    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".lengths").tolist()
-    data = allgather(payload, name).numpy().tobytes()
+    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".lengths", process_set).tolist()
+    data = allgather(payload, name, process_set).numpy().tobytes()
     objects, offset = [], 0
     for n in lengths:
         objects.append(pickle.loads(data[offset:offset + n]))

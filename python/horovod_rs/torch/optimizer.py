@@ -13,11 +13,12 @@ from horovod_rs.torch.compression import Compression
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, process_set):
         super(self.__class__, self).__init__(params)
         from horovod_rs import torch as hvd
 
         self._hvd = hvd
+        self._process_set = process_set or hvd.global_process_set
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -52,13 +53,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         prescale, postscale = 1.0, 1.0
         op = self._op
         if self._predivide != 1.0 and op == self._hvd.Average:
-            prescale, postscale, op = 1.0 / self._predivide, self._predivide / self._hvd.size(), self._hvd.Sum
+            prescale, postscale = 1.0 / self._predivide, self._predivide / self._process_set.size()
+            op = self._hvd.Sum
         if compressed is p.grad:  # no compression, one pass: reduce the gradient in place
             handle = self._hvd.allreduce_async_(p.grad, name="grad." + self._names[p], op=op,
-                                                prescale_factor=prescale, postscale_factor=postscale)
+                                                prescale_factor=prescale, postscale_factor=postscale,
+                                                process_set=self._process_set)
         else:
             handle = self._hvd.allreduce_async(compressed, name="grad." + self._names[p], op=op,
-                                               prescale_factor=prescale, postscale_factor=postscale)
+                                               prescale_factor=prescale, postscale_factor=postscale,
+                                               process_set=self._process_set)
         self._handles[p] = (handle, ctx)
 
     def synchronize(self):
@@ -76,8 +80,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0):
-    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank."""
+                         backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0, process_set=None):
+    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank (of
+    ``process_set``, when given)."""
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor)
+               gradient_predivide_factor, process_set)

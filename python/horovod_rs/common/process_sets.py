@@ -1,0 +1,124 @@
+"""Horovod's process sets: collectives among a subset of the job's ranks.
+
+Each process set added with ``add_process_set`` gets an engine of its own, connected among its
+ranks only (they exchange their new listeners' addresses through the job's engine), so its
+collectives are negotiated and run without the other ranks and never block the job's own.
+``process_set=`` arguments pick the engine; a rank outside the set is refused with a message.
+"""
+
+import numpy as np
+
+from horovod_rs import _native
+from horovod_rs.common import basics
+
+
+class ProcessSet:
+    """A subset of the job's ranks (``ranks``), usable once added (``process_set_id`` set)."""
+
+    def __init__(self, ranks):
+        self.ranks = sorted({int(r) for r in ranks})
+        self.process_set_id = None
+        self._rank = None
+
+    def included(self):
+        """Whether this process is one of the set's ranks."""
+        return basics.rank() in self._all_ranks()
+
+    def rank(self):
+        """This process's rank within the set (None outside it)."""
+        ranks = self._all_ranks()
+        return ranks.index(basics.rank()) if basics.rank() in ranks else None
+
+    def size(self):
+        return len(self._all_ranks())
+
+    def _all_ranks(self):
+        return self.ranks
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job: the default of every ``process_set=`` argument."""
+
+    def __init__(self):
+        super().__init__([])
+        self.process_set_id = 0
+
+    def _all_ranks(self):
+        return list(range(basics.size()))
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def engine(process_set):
+    """The engine that runs ``process_set``'s collectives on this rank, and the set's id (for
+    automatic names)."""
+    if process_set is None or process_set.process_set_id == 0:
+        return basics.state().rank, 0
+    if process_set.process_set_id is None:
+        raise ValueError("%r has not been added with hvd.add_process_set (or was removed)" % process_set)
+    if not process_set.included():
+        raise ValueError("rank %d is not in %r: only its ranks run its collectives"
+                         % (basics.rank(), process_set))
+    return process_set._rank, process_set.process_set_id
+
+
+def _allgather_strings(text, name):
+    """Every rank's ``text`` in rank order, through the job's engine."""
+    rank = basics.state().rank
+    data = np.frombuffer(text.encode(), dtype=np.uint8)
+    lengths, _ = rank.submit("allgather", name + ".lengths", np.array([data.size], dtype=np.int64).view(np.uint8),
+                             "int64", [1]).wait(basics.DEFAULT_TIMEOUT_S)
+    joined, _ = rank.submit("allgather", name, data, "uint8", [data.size]).wait(basics.DEFAULT_TIMEOUT_S)
+    texts, at = [], 0
+    for n in np.frombuffer(lengths, dtype=np.int64):
+        texts.append(joined[at:at + int(n)].decode())
+        at += int(n)
+    return texts
+
+
+def add_process_set(process_set):
+    """Adds a process set (a ``ProcessSet`` or a list of ranks) and returns it. Every rank of the
+    job calls it, with the same ranks, in the same order as other ``add_process_set`` calls."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    state = basics.state()
+    size = basics.size()
+    if not process_set.ranks or any(r < 0 or r >= size for r in process_set.ranks):
+        raise ValueError("a process set needs ranks in 0..%d, not %s" % (size - 1, process_set.ranks))
+    if process_set.process_set_id is not None:
+        raise ValueError("%r was already added" % process_set)
+    existing = [p for p in state.process_sets.values() if p.ranks == process_set.ranks]
+    if existing or process_set.ranks == list(range(size)):
+        raise ValueError("a process set with ranks %s exists already" % process_set.ranks)
+    set_id = max(state.process_sets, default=0) + 1
+    name = "process_set.%d" % set_id
+    joining = _native.Joining() if process_set.included() else None
+    entry = "%s:%d" % (state.host, joining.port()) if joining else ""
+    entries = _allgather_strings(entry + "|" + ",".join(map(str, process_set.ranks)), name)
+    announced = {e.split("|")[1] for e in entries}
+    if len(announced) != 1:
+        raise ValueError("ranks passed different ranks to add_process_set %d: %s"
+                         % (set_id, sorted(announced)))
+    if joining is not None:
+        addresses = [entries[r].split("|")[0] for r in process_set.ranks]
+        process_set._rank = joining.connect(process_set.rank(), addresses, state.secret, state.connect_timeout,
+                                            basics.DEFAULT_TIMEOUT_S, state.engine_config)
+    process_set.process_set_id = set_id
+    state.process_sets[set_id] = process_set
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a process set added before; its ranks' pending collectives in it fail. Every rank of
+    the job calls it. Returns whether it was there."""
+    state = basics.state()
+    if process_set.process_set_id not in state.process_sets:
+        return False
+    del state.process_sets[process_set.process_set_id]
+    process_set._rank = None  # stops its engine
+    process_set.process_set_id = None
+    return True
