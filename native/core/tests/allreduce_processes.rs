@@ -320,15 +320,7 @@ fn mixed_transports_agree_on_tcp() {
 /// memory and different names talk over TCP (the hierarchical allreduce).
 fn run_hierarchical(hosts: &[&str]) {
     let mut job = Job::start("matrix", vec![RankSpec::default(); hosts.len()]);
-    let addresses: Vec<String> = job
-        .addresses()
-        .iter()
-        .zip(hosts)
-        .map(|(address, host)| address.replacen("127.0.0.1", host, 1))
-        .collect();
-    for rank in 0..hosts.len() {
-        job.send_addresses(rank, &addresses);
-    }
+    job.send_all_on_hosts(hosts);
     let outputs = job.finish(Duration::from_secs(120));
     for (rank, lines) in outputs.iter().enumerate() {
         assert_eq!(lines[0], "SHM false HIER true", "rank {rank} of {hosts:?}");

@@ -142,16 +142,7 @@ fn survivors_fail_fast(mut job: Job, size: usize, transport: &str) {
 fn peer_killed_mid_hierarchical_allreduce_fails_every_survivor_fast() {
     // Ranks 0, 1 on one "host", 2, 3 on another (both names are this machine).
     let mut job = Job::start("kill", vec![role("loop"); 4]);
-    let hosts = ["127.0.0.1", "127.0.0.1", "localhost", "localhost"];
-    let addresses: Vec<String> = job
-        .addresses()
-        .iter()
-        .zip(hosts)
-        .map(|(address, host)| address.replacen("127.0.0.1", host, 1))
-        .collect();
-    for rank in 0..4 {
-        job.send_addresses(rank, &addresses);
-    }
+    job.send_all_on_hosts(&["127.0.0.1", "127.0.0.1", "localhost", "localhost"]);
     survivors_fail_fast(job, 4, "shm=false");
     common::assert_no_shm_leftovers();
 }

@@ -236,16 +236,12 @@ impl Rank {
                 Operation::Allreduce { .. } | Operation::Broadcast { .. }
             );
         let data = payload(py, data, in_place)?;
-        let request = Request {
+        self.submit_request(Request {
             name,
             operation,
             dtype: dtype(dtype_name)?,
             shape,
             data,
-        };
-        let handle = self.engine.submit(request).map_err(py_err)?;
-        Ok(Work {
-            handle: Some(handle),
         })
     }
 
@@ -286,13 +282,18 @@ impl Rank {
         let data = unsafe {
             Payload::device(DevicePtr(ptr), nbytes, device, StreamHandle(stream), keeper)
         };
-        let request = Request {
+        self.submit_request(Request {
             name,
             operation,
             dtype: dtype(dtype_name)?,
             shape,
             data,
-        };
+        })
+    }
+}
+
+impl Rank {
+    fn submit_request(&self, request: Request) -> PyResult<Work> {
         let handle = self.engine.submit(request).map_err(py_err)?;
         Ok(Work {
             handle: Some(handle),

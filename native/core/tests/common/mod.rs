@@ -151,6 +151,21 @@ impl Job {
         writeln!(stdin, "{}", addresses.join(",")).expect("write addresses");
     }
 
+    /// Gives every rank the address list with rank `r` on host `hosts[r]`:
+    /// names that all reach this machine but group ranks into "hosts" as
+    /// the transports see them (e.g. `127.0.0.1` and `localhost`).
+    pub fn send_all_on_hosts(&mut self, hosts: &[&str]) {
+        let addresses: Vec<String> = self
+            .addresses()
+            .iter()
+            .zip(hosts)
+            .map(|(address, host)| address.replacen("127.0.0.1", host, 1))
+            .collect();
+        for rank in 0..self.size() {
+            self.send_addresses(rank, &addresses);
+        }
+    }
+
     /// Gives every rank the genuine address list.
     pub fn send_all(&mut self) {
         let addresses = self.addresses();
