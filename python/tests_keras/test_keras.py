@@ -56,6 +56,22 @@ def test_distributed_fit_matches_one_process_on_the_full_batch():
     assert np.allclose(losses, losses[0]), "MetricAverageCallback leaves every rank the same loss"
 
 
+def test_fp16_compression_keeps_ranks_identical_and_close_to_uncompressed():
+    x, y = data()
+    shard = slice(16 * R, 16 * (R + 1))
+    finals = []
+    for compression in (hvd.Compression.none, hvd.Compression.fp16):
+        net = model(seed=5)
+        net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1),
+                                                       compression=compression), loss="mse")
+        net.fit(x[shard], y[shard], batch_size=16, epochs=3, shuffle=False, verbose=0)
+        finals.append(np.concatenate([w.reshape(-1) for w in net.get_weights()]))
+    everyone = arrays.allgather(finals[1][None, :], name="k.fp16.weights")
+    assert all(np.array_equal(everyone[r], everyone[0]) for r in range(N)), "ranks differ"
+    assert np.allclose(finals[0], finals[1], atol=2e-3)
+    assert not np.array_equal(finals[0], finals[1]), "fp16 should round the exchanged gradients"
+
+
 def test_learning_rate_warmup_reaches_the_initial_rate():
     x, y = data()
     net = model(seed=1)

@@ -23,6 +23,22 @@ def _run(kind, array, name, **options):
     return np.frombuffer(data, dtype=array.dtype).reshape(shape).copy()
 
 
+def allreduce_many(arrays, names, op="average"):
+    """Allreduces of several arrays, all submitted before any is waited on (so the engine can fuse
+    them); the results in order."""
+    submitted = []
+    for array, name in zip(arrays, names):
+        array = np.ascontiguousarray(array)
+        work = basics.state().rank.submit("allreduce", name, array.reshape(-1).view(np.uint8), _dtype_name(array),
+                                          list(array.shape), op=op)
+        submitted.append((work, array.dtype))
+    results = []
+    for work, dtype in submitted:
+        data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
+        results.append(np.frombuffer(data, dtype=dtype).reshape(shape).copy())
+    return results
+
+
 def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0):
     return _run("allreduce", array, name, op=op, prescale=prescale_factor, postscale=postscale_factor)
 

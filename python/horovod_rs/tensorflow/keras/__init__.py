@@ -25,6 +25,31 @@ Average = "average"
 Sum = "sum"
 
 
+class Compression:
+    """Horovod's gradient compression: ``fp16`` sends float gradients as float16 (half the bytes)
+    and restores their type after the reduction."""
+
+    class none:
+        @staticmethod
+        def compress(array):
+            return array, None
+
+        @staticmethod
+        def decompress(array, ctx):
+            return array
+
+    class fp16:
+        @staticmethod
+        def compress(array):
+            if array.dtype in (np.float32, np.float64):
+                return array.astype(np.float16), array.dtype
+            return array, None
+
+        @staticmethod
+        def decompress(array, ctx):
+            return array if ctx is None else array.astype(ctx)
+
+
 def allreduce(value, name=None, average=True, op=None):
     """The element-wise average (or ``op``) of ``value`` over all ranks, as a tf tensor."""
     op = op or (Average if average else Sum)
@@ -36,9 +61,12 @@ def broadcast(value, root_rank, name=None):
     return tf.convert_to_tensor(arrays.broadcast(np.asarray(value), root_rank, name=name))
 
 
-def _average_gradients(grads, op):
+def _average_gradients(grads, op, compression):
     def exchange(*tensors):
-        return [arrays.allreduce(t.numpy(), op=op, name="keras.gradient.%d" % i) for i, t in enumerate(tensors)]
+        pairs = [compression.compress(t.numpy()) for t in tensors]
+        names = ["keras.gradient.%d" % i for i in range(len(pairs))]
+        reduced = arrays.allreduce_many([p[0] for p in pairs], names, op=op)
+        return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
 
     present = [(i, g) for i, g in enumerate(grads) if g is not None]
     reduced = tf.py_function(exchange, [g for _, g in present], Tout=[g.dtype for _, g in present])
@@ -49,15 +77,20 @@ def _average_gradients(grads, op):
     return out
 
 
-def DistributedOptimizer(optimizer, name=None, op=Average, backward_passes_per_step=1):
-    """``optimizer``, with every step's gradients averaged over all ranks before they are applied."""
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
+                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1):
+    """``optimizer``, with every step's gradients averaged over all ranks before they are applied
+    (Horovod's signature; ``device_*`` and ``sparse_as_dense`` are accepted and have no effect on
+    CPU). All gradients of a step are submitted together, so the engine fuses them."""
     if backward_passes_per_step != 1:
         raise ValueError("backward_passes_per_step other than 1 is not supported yet")
+    if gradient_predivide_factor != 1.0:
+        raise ValueError("gradient_predivide_factor other than 1 is not supported yet")
     base = optimizer.__class__
 
     class _Distributed(base):
         def apply(self, grads, trainable_variables=None):
-            return super().apply(_average_gradients(list(grads), op), trainable_variables)
+            return super().apply(_average_gradients(list(grads), op, compression), trainable_variables)
 
     _Distributed.__name__ = base.__name__
     return _Distributed.from_config(optimizer.get_config())
