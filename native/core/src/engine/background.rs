@@ -1,6 +1,16 @@
 //! The engine's thread: runs a negotiation cycle every `cycle_time` and
 //! executes what it decides.
 //!
+//! An idle rank (nothing in flight) does not sleep out the cycle: it waits
+//! for a submission and starts the next cycle as soon as one arrives, so a
+//! lone synchronous collective costs a negotiation round trip, not a cycle
+//! time. Ranks stay in step regardless: every cycle is a collective, and a
+//! rank that starts early waits in it for the others. An idle rank also
+//! cycles less often ([`IDLE_CYCLE`]): nothing it could agree to is pending
+//! until it submits, which wakes it. While tensors are in
+//! flight the cycle time paces the cycles, so submissions that arrive
+//! together (a backward pass) are fused.
+//!
 //! Why a thread of its own: callers (autograd hooks, a JVM thread) submit
 //! tensors whenever they are ready and must not block on other ranks; and the
 //! transport needs one caller that issues every rank's collectives in the
@@ -14,7 +24,7 @@
 //! later submissions fail with `EngineStopped`.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -34,6 +44,12 @@ use super::request::{Operation, Output, Request};
 use super::transport::Transport;
 use crate::collectives::AllreduceOptions;
 use crate::nccl::NcclCommunicator;
+
+/// Longest wait of an idle rank between cycles (it cycles at once when a
+/// command arrives). Other ranks' tensors cannot complete without this
+/// rank's submission anyway; the wait only paces the coordinator's stall
+/// checks and spares an idle job a collective every `cycle_time`.
+const IDLE_CYCLE: Duration = Duration::from_millis(10);
 
 /// A request and the completer of its handle.
 pub(crate) struct Submission {
@@ -61,6 +77,9 @@ pub(crate) struct Background<T: Transport> {
     pub cycle_time: Duration,
     pub tensors: HashMap<String, Submission>,
     pub fusion: FusionBuffer,
+    /// A shutdown (or every sender gone) seen while waiting for a
+    /// submission, for the next `take_commands`.
+    pub early_shutdown: bool,
     /// NCCL for GPU tensors, set up at the first one (on every rank at the
     /// same point); a setup error is kept and fails every later GPU tensor
     /// the same way on every rank.
@@ -80,7 +99,10 @@ impl<T: Transport> Background<T> {
                 Ok(false) => break Ok(()),
                 Err(e) => break Err(e),
             }
-            if let Some(left) = self.cycle_time.checked_sub(started.elapsed()) {
+            let left = self.cycle_time.saturating_sub(started.elapsed());
+            if self.tensors.is_empty() {
+                self.wait_for_submission(left.max(IDLE_CYCLE));
+            } else if !left.is_zero() {
                 thread::sleep(left);
             }
         };
@@ -112,26 +134,48 @@ impl<T: Transport> Background<T> {
         }
     }
 
+    /// Waits up to `limit` for a command and takes it in (the next cycle
+    /// then starts at once); a shutdown is kept for `take_commands`.
+    fn wait_for_submission(&mut self, limit: Duration) {
+        match self.commands.recv_timeout(limit) {
+            Ok(command) => {
+                if self.take_command(command, Instant::now()) {
+                    self.early_shutdown = true;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => self.early_shutdown = true,
+        }
+    }
+
     /// Moves submitted requests into the negotiation; true when the engine
     /// should shut down (asked to, or every sender is gone).
     fn take_commands(&mut self, now: Instant) -> bool {
-        let mut shutdown = false;
+        let mut shutdown = std::mem::take(&mut self.early_shutdown);
         loop {
             match self.commands.try_recv() {
-                Ok(Command::Submit(submission)) => {
-                    let meta = submission.request.meta();
-                    match self.state.submit(meta, now) {
-                        Ok(()) => {
-                            let name = submission.request.name.clone();
-                            self.tensors.insert(name, submission);
-                        }
-                        Err(e) => submission.completer.complete(Err(e)),
-                    }
-                }
-                Ok(Command::Shutdown) => shutdown = true,
+                Ok(command) => shutdown |= self.take_command(command, now),
                 Err(TryRecvError::Empty) => return shutdown,
                 Err(TryRecvError::Disconnected) => return true,
             }
+        }
+    }
+
+    /// One command: a submission joins the negotiation; true for a shutdown.
+    fn take_command(&mut self, command: Command, now: Instant) -> bool {
+        match command {
+            Command::Submit(submission) => {
+                let meta = submission.request.meta();
+                match self.state.submit(meta, now) {
+                    Ok(()) => {
+                        let name = submission.request.name.clone();
+                        self.tensors.insert(name, submission);
+                    }
+                    Err(e) => submission.completer.complete(Err(e)),
+                }
+                false
+            }
+            Command::Shutdown => true,
         }
     }
 

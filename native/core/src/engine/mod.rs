@@ -132,6 +132,7 @@ impl Engine {
             cycle_time: config.cycle_time,
             tensors: Default::default(),
             fusion: FusionBuffer::default(),
+            early_shutdown: false,
             nccl: None,
         };
         let thread = thread::Builder::new()
