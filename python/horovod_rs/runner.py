@@ -27,6 +27,12 @@ from horovod_rs import _native
 # How long stopped processes get to exit before they are killed.
 GRACE_S = 5.0
 
+# Variables a remote rank gets from this environment (as horovodrun forwards the launcher's):
+# the engine's and the frameworks' knobs, and where to find Python and libraries.
+FORWARDED_PREFIXES = ("HOROVOD_", "NCCL_", "CUDA_", "OMP_", "MKL_", "TF_", "TORCH_")
+FORWARDED_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+NOT_FORWARDED = ("HOROVOD_RS_SECRET", "HOROVOD_RS_SSH")
+
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="horovodrs", description=__doc__.splitlines()[0])
@@ -124,13 +130,15 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
         "HOROVOD_RS_RENDEZVOUS": "%s:%d" % (here, service.port()),
     }
     base = dict(os.environ if env is None else env, HOROVOD_RS_SECRET=secret.hex(), **shared)
+    forwarded = {k: v for k, v in base.items()
+                 if (k.startswith(FORWARDED_PREFIXES) or k in FORWARDED_NAMES) and k not in NOT_FORWARDED}
     processes, pumps = [], []
     for rank, (host, local_rank, local_size, cross_rank) in enumerate(slots):
         variables = dict(shared, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(local_rank),
                          HOROVOD_LOCAL_SIZE=str(local_size), HOROVOD_CROSS_RANK=str(cross_rank),
                          HOROVOD_HOSTNAME=here if _is_this_host(host) else host)
         if host in remote:
-            p = subprocess.Popen(_ssh(host, ssh_port, variables, command), stdin=subprocess.PIPE,
+            p = subprocess.Popen(_ssh(host, ssh_port, dict(forwarded, **variables), command), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             p.stdin.write(secret.hex().encode() + b"\n")
             p.stdin.flush()

@@ -38,10 +38,11 @@ def test_a_rank_that_never_joins_is_a_timeout_not_a_hang():
 
 
 FAKE_SSH = """#!/bin/sh
-# Stands in for ssh: records the host, runs the remote script here (127.0.0.2 is this host too).
+# Stands in for ssh: records the host, runs the remote script here (127.0.0.2 is this host too)
+# in a fresh environment, as a login on another host would.
 while [ "$#" -gt 2 ]; do shift; done
 echo "$1" >> "$HOSTS_SEEN"
-exec sh -c "$2"
+exec env -i HOME="$HOME" sh -c "$2"
 """
 
 
@@ -55,17 +56,21 @@ def _with_fake_ssh(tmp_path):
 
 def test_hosts_are_filled_in_order_and_other_hosts_start_over_ssh(tmp_path):
     env, seen = _with_fake_ssh(tmp_path)
+    # The stand-in runs the remote side from this environment: drop a variable that must not be
+    # forwarded, to see that remote ranks get only what the launcher forwards.
+    env.update(HOROVOD_TEST_KNOB="7", UNRELATED_VARIABLE="here")
     script = ("import os, torch; import horovod_rs.torch as hvd; hvd.init()\n"
               "s = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)\n"
               "key = os.environ['HOROVOD_RS_SECRET']\n"
               "argv = [open('/proc/%d/cmdline' % p).read() for p in (os.getpid(), os.getppid())]\n"
               "print(hvd.rank(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), int(s),\n"
-              "      'secret on a command line' if any(key in a for a in argv) else 'ok')\n")
+              "      'secret on a command line' if any(key in a for a in argv) else 'ok',\n"
+              "      os.environ.get('HOROVOD_TEST_KNOB'), os.environ.get('UNRELATED_VARIABLE'))\n")
     out = subprocess.run(HOROVODRS + ["-H", "localhost:1,127.0.0.2:2", "-np", "3", sys.executable, "-c", script],
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 0 1 0 3 ok", "[1]<stdout>:1 0 2 1 3 ok",
-                                               "[2]<stdout>:2 1 2 1 3 ok"]
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 0 1 0 3 ok 7 here", "[1]<stdout>:1 0 2 1 3 ok 7 None",
+                                               "[2]<stdout>:2 1 2 1 3 ok 7 None"]
     assert seen.read_text().split() == ["127.0.0.2", "127.0.0.2"]
 
 
