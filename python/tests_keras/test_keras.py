@@ -72,6 +72,24 @@ def test_fp16_compression_keeps_ranks_identical_and_close_to_uncompressed():
     assert not np.array_equal(finals[0], finals[1]), "fp16 should round the exchanged gradients"
 
 
+def test_backward_passes_per_step_applies_the_aggregated_gradients():
+    x, y = data()
+    shard = slice(16 * R, 16 * (R + 1))
+    single = model(seed=11)  # one update per epoch on the full batch, learning rate 0.1
+    single.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    single.fit(x, y, batch_size=16 * N, epochs=3, shuffle=False, verbose=0)
+    expected = np.concatenate([w.reshape(-1) for w in single.get_weights()])
+    # Two micro-batches of 8 per update: their mean at 0.1, or Horovod's default sum at 0.05.
+    for average, rate in ((True, 0.1), (False, 0.05)):
+        net = model(seed=11)
+        optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=rate), backward_passes_per_step=2,
+                                             average_aggregated_gradients=average)
+        net.compile(optimizer=optimizer, loss="mse")
+        net.fit(x[shard], y[shard], batch_size=8, epochs=3, shuffle=False, verbose=0)
+        weights = np.concatenate([w.reshape(-1) for w in net.get_weights()])
+        assert np.allclose(weights, expected, atol=1e-5), "average_aggregated_gradients=%s" % average
+
+
 def test_learning_rate_warmup_reaches_the_initial_rate():
     x, y = data()
     net = model(seed=1)

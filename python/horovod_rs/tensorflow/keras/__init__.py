@@ -78,19 +78,37 @@ def _average_gradients(grads, op, compression):
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
-                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1):
+                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
+                         average_aggregated_gradients=False):
     """``optimizer``, with every step's gradients averaged over all ranks before they are applied
     (Horovod's signature; ``device_*`` and ``sparse_as_dense`` are accepted and have no effect on
-    CPU). All gradients of a step are submitted together, so the engine fuses them."""
-    if backward_passes_per_step != 1:
-        raise ValueError("backward_passes_per_step other than 1 is not supported yet")
+    CPU). All gradients of a step are submitted together, so the engine fuses them.
+
+    ``backward_passes_per_step`` > 1 applies the variables every that many steps, with the sum of
+    the steps' averaged gradients (their mean with ``average_aggregated_gradients``), as Horovod
+    does; it rides on Keras's ``gradient_accumulation_steps``. Unlike Horovod, the gradients are
+    exchanged every step, not once per application (the result is the same: averaging is linear).
+    """
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be at least 1, not %d" % backward_passes_per_step)
     if gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor other than 1 is not supported yet")
     base = optimizer.__class__
+    config = optimizer.get_config()
+    # Keras averages what it accumulates; Horovod sums unless asked to average.
+    scale = 1.0
+    if backward_passes_per_step > 1:
+        if config.get("gradient_accumulation_steps"):
+            raise ValueError("give backward_passes_per_step or the optimizer's gradient_accumulation_steps, not both")
+        config["gradient_accumulation_steps"] = backward_passes_per_step
+        scale = 1.0 if average_aggregated_gradients else float(backward_passes_per_step)
 
     class _Distributed(base):
         def apply(self, grads, trainable_variables=None):
-            return super().apply(_average_gradients(list(grads), op, compression), trainable_variables)
+            reduced = _average_gradients(list(grads), op, compression)
+            if scale != 1.0:
+                reduced = [None if g is None else g * scale for g in reduced]
+            return super().apply(reduced, trainable_variables)
 
     _Distributed.__name__ = base.__name__
-    return _Distributed.from_config(optimizer.get_config())
+    return _Distributed.from_config(config)
