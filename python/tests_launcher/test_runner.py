@@ -95,3 +95,16 @@ def test_too_few_slots_is_refused_before_anything_starts():
                          timeout=60)
     assert out.returncode == 2
     assert "-np 4 needs 4 slots; -H offers 3" in out.stderr
+
+
+def test_a_stalled_tensor_is_reported_on_stderr_naming_the_missing_rank():
+    script = ("import time, torch; import horovod_rs.torch as hvd; hvd.init()\n"
+              "time.sleep(1.5 * hvd.rank())\n"
+              "hvd.allreduce(torch.ones(1), name='late')\n")
+    env = dict(__import__("os").environ, HOROVOD_STALL_CHECK_TIME_SECONDS="0.3")
+    out = subprocess.run(HOROVODRS + ["-np", "2", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "tensor 'late' has waited" in line]
+    assert warnings and warnings[0].startswith("[0]<stderr>:"), out.stderr
+    assert "[horovod-rs WARN]" in warnings[0] and "for ranks [1]" in warnings[0], warnings[0]

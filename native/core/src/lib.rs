@@ -34,6 +34,7 @@ pub mod engine;
 mod error;
 mod hierarchy;
 mod link;
+pub mod logging;
 pub mod nccl;
 mod reduce;
 mod rendezvous;

@@ -24,6 +24,8 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_listen<'caller>(
     _class: JClass<'caller>,
     bind_address: JString<'caller>,
 ) -> jlong {
+    // Every rank listens first: from here on the engine's warnings reach the executor's log.
+    horovod_core::logging::install_stderr_logger_from_env();
     unowned_env
         .with_env(|env| -> Result<jlong, JniError> {
             let bind_address = bind_address.try_to_string(env)?;

@@ -407,6 +407,7 @@ fn payload(py: Python<'_>, data: &Bound<'_, PyAny>, in_place: bool) -> PyResult<
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Rendezvous>()?;
     m.add_class::<Rank>()?;
+    horovod_core::logging::install_stderr_logger_from_env();
     m.add_class::<Work>()?;
     m.add_class::<Joining>()?;
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;

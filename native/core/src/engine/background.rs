@@ -221,8 +221,12 @@ impl<T: Transport> Background<T> {
                 let outcome = coordinator.round(&lists, Instant::now())?;
                 for stall in outcome.warnings {
                     warn!(
-                        "tensor '{}' has waited {:?} for ranks {:?} (submitted by ranks {:?})",
-                        stall.name, stall.waited, stall.missing, stall.submitted
+                        "tensor '{}' has waited {:.1} s for ranks {:?} (submitted by ranks {:?}); \
+                         every rank must submit it",
+                        stall.name,
+                        stall.waited.as_secs_f64(),
+                        stall.missing,
+                        stall.submitted
                     );
                 }
                 outcome.responses
