@@ -117,7 +117,7 @@ def _submit(kind, tensor, name, output=None, received_splits=None, process_set=N
     engine, set_id = _process_sets.engine(process_set)
     name = name or basics.next_name(kind, set_id)
     if tensor.device.type == "cuda":
-        return _submit_cuda(kind, tensor, name, output, received_splits, process_set, **options)
+        return _submit_cuda(kind, tensor, name, output, received_splits, process_set, engine, **options)
     # An in-place call on a contiguous tensor lends the engine the tensor's memory: no copies.
     in_place = output is tensor and tensor.is_contiguous()
     work = engine.submit(kind, name, _byte_view(tensor), _dtype_name(tensor), list(tensor.shape), in_place=in_place,
@@ -125,7 +125,7 @@ def _submit(kind, tensor, name, output=None, received_splits=None, process_set=N
     return _remember(_Pending(work, tensor.dtype, output, received_splits))
 
 
-def _submit_cuda(kind, tensor, name, output, received_splits, process_set, **options):
+def _submit_cuda(kind, tensor, name, output, received_splits, process_set, engine, **options):
     """A GPU tensor's collective: on NCCL when built for it (allreduce and broadcast), else through
     host memory, the result moved back to the tensor's device."""
     device = tensor.device
@@ -150,8 +150,8 @@ def _submit_cuda(kind, tensor, name, output, received_splits, process_set, **opt
     if prescale != 1.0:  # NCCL has no scaling: scale on the stream, before and after
         t.mul_(prescale)
     stream = torch.cuda.current_stream(device).cuda_stream
-    work = _process_sets.engine(process_set)[0].submit_device(kind, name, t.data_ptr(), t.numel() * t.element_size(), device.index,
-                                             stream, _dtype_name(t), list(t.shape), t, **options)
+    work = engine.submit_device(kind, name, t.data_ptr(), t.numel() * t.element_size(), device.index, stream,
+                                _dtype_name(t), list(t.shape), t, **options)
 
     def finish(_):
         if postscale != 1.0:
