@@ -116,12 +116,10 @@ impl Communicator {
     }
 
     /// Whether allreduce is hierarchical: ranks on several hosts, some
-    /// sharing one, reduce within each host through shared memory and
-    /// across hosts over TCP.
+    /// sharing one, reduce within each host (through shared memory where
+    /// it maps) and across hosts over TCP.
     pub fn is_hierarchical(&self) -> bool {
-        self.hierarchy
-            .as_ref()
-            .is_some_and(|h| h.local_uses_shared_memory())
+        self.hierarchy.is_some()
     }
 
     /// This rank, in `0..size`.

@@ -92,11 +92,6 @@ impl Hierarchy {
         }))
     }
 
-    /// Whether the ranks of this host reduce through shared memory.
-    pub(crate) fn local_uses_shared_memory(&self) -> bool {
-        self.local.uses_shared_memory()
-    }
-
     /// Allreduce in three steps: within the host, across the leaders, back
     /// within the host.
     pub(crate) fn allreduce<T: Element>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
