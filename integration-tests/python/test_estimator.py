@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from horovod_rs.spark.ml import HorovodEstimator
+from pyspark.ml import Pipeline, PipelineModel
+
+from horovod_rs.spark.ml import HorovodEstimator, HorovodModel
 
 SPEC = {
     "inputs": [{"name": "x", "type": "float", "columns": ["x1", "x2"]}],
@@ -40,3 +42,18 @@ def test_bad_params_and_columns_are_named(spark):
         HorovodEstimator(modelSpec=json.dumps(SPEC), epoch=3)
     with pytest.raises(Exception, match="label column 'target' is not in the DataFrame"):
         HorovodEstimator(modelSpec=SPEC, labelCols=["target"], numProc=2).fit(data(spark))
+
+
+def test_saved_models_and_pipelines_load_from_python(spark, tmp_path):
+    df = data(spark).limit(500)
+    estimator = HorovodEstimator(modelSpec=SPEC, labelCols=["y"], numProc=2, epochs=1, batchSize=64, verbose=0)
+    pipeline = Pipeline(stages=[estimator]).fit(df)
+    expected = [r.prediction for r in pipeline.transform(df).orderBy("x1").collect()]
+    pipeline.write().overwrite().save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    assert isinstance(loaded.stages[0], HorovodModel)
+    assert [r.prediction for r in loaded.transform(df).orderBy("x1").collect()] == expected
+    pipeline.stages[0].write().overwrite().save(str(tmp_path / "model"))
+    model = HorovodModel.load(str(tmp_path / "model"))
+    assert [r.prediction for r in model.transform(df).orderBy("x1").collect()] == expected
+    assert model.getOrDefault("modelSpec") == loaded.stages[0].getOrDefault("modelSpec")

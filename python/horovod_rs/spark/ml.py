@@ -9,17 +9,30 @@ session (``--jars horovod-rs.jar``)::
     model.transform(df)
 
 ``modelSpec`` takes the model-spec JSON (docs/model-spec.md) as a string or a dict.
+
+Saved models and pipelines load from Python as well (``HorovodModel.load``,
+``PipelineModel.load``): pyspark finds a JVM stage's Python class under the JVM class's name
+(``horovod.rs.spark.ml``), which this module answers to once imported.
 """
 
 import json
+import sys
 
 from pyspark import keyword_only
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.util import JavaMLReadable, JavaMLWritable
+from pyspark.ml.util import JavaMLReadable, JavaMLReader, JavaMLWritable
 from pyspark.ml.wrapper import JavaEstimator, JavaModel
 
 _ESTIMATOR_CLASS = "horovod.rs.spark.ml.HorovodEstimator"
 _MODEL_CLASS = "horovod.rs.spark.ml.HorovodModel"
+
+
+class _Reader(JavaMLReader):
+    """Loads through the JVM class, whose package is not pyspark's."""
+
+    @classmethod
+    def _java_loader_class(cls, clazz):
+        return clazz._java_class
 
 
 def _spec_json(value):
@@ -80,6 +93,12 @@ def _declare(cls, params):
 class HorovodEstimator(JavaEstimator, JavaMLReadable, JavaMLWritable):
     """Fits a deep model on a DataFrame across executors (see docs/estimator.md)."""
 
+    _java_class = _ESTIMATOR_CLASS
+
+    @classmethod
+    def read(cls):
+        return _Reader(cls)
+
     @keyword_only
     def __init__(self, **kwargs):
         super().__init__()
@@ -106,6 +125,12 @@ class HorovodEstimator(JavaEstimator, JavaMLReadable, JavaMLWritable):
 class HorovodModel(JavaModel, JavaMLReadable, JavaMLWritable):
     """A fitted model: transform appends one column per model output."""
 
+    _java_class = _MODEL_CLASS
+
+    @classmethod
+    def read(cls):
+        return _Reader(cls)
+
     def __init__(self, java_model=None):
         super().__init__(java_model)
         if java_model is not None:
@@ -123,3 +148,6 @@ class HorovodModel(JavaModel, JavaMLReadable, JavaMLWritable):
 
 _declare(HorovodEstimator, _ESTIMATOR_PARAMS)
 _declare(HorovodModel, _MODEL_PARAMS)
+
+# pyspark loads a saved JVM stage through the Python class named like the JVM class.
+sys.modules.setdefault("horovod.rs.spark.ml", sys.modules[__name__])
