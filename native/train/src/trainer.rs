@@ -89,7 +89,7 @@ impl Trainer {
             .map(|p| p.values.len())
             .collect();
         let optimizer = Optimizer::new(config.optimizer.clone(), &sizes)?;
-        check_monitor(&config, &metrics)?;
+        check_monitor(&config, &model.spec().outputs, &metrics)?;
         let (train_rows, val_rows) = split(&config, &data, rank)?;
 
         // Every rank learns every rank's row counts, so all agree on the steps
@@ -187,7 +187,8 @@ impl Trainer {
         let batch = self.config.batch_size;
         let mut order = shuffle(&self.train_rows, self.config.shuffle_buffer_size, &mut rng);
         let mut position = 0;
-        let mut sums = MetricSums::new(self.metrics.len());
+        let outputs = self.model.spec().outputs.clone();
+        let mut sums = MetricSums::new(outputs.len(), self.metrics.len());
         let scale = 1.0 / self.size as f32;
         for _ in 0..self.steps_per_epoch {
             let mut rows = Vec::with_capacity(batch);
@@ -210,15 +211,22 @@ impl Trainer {
             "horovod.train.train_metrics",
             self.loss,
             &self.metrics,
+            &outputs,
         )?;
         let val = if self.config.has_validation() {
-            let mut val_sums = MetricSums::new(self.metrics.len());
+            let mut val_sums = MetricSums::new(outputs.len(), self.metrics.len());
             let val_batch = self.config.val_batch_size.unwrap_or(batch);
             for chunk in self.val_rows.chunks(val_batch) {
                 let (outputs, labels) = self.outputs_and_labels(chunk, Mode::Infer)?;
                 val_sums.add(&outputs, &labels, self.loss, &self.metrics)?;
             }
-            val_sums.finish(comm, "horovod.train.val_metrics", self.loss, &self.metrics)?
+            val_sums.finish(
+                comm,
+                "horovod.train.val_metrics",
+                self.loss,
+                &self.metrics,
+                &outputs,
+            )?
         } else {
             BTreeMap::new()
         };
@@ -366,7 +374,8 @@ impl Trainer {
             Some(name) if self.config.has_validation() => report.val.get(name),
             _ => report.train.get(&monitor),
         };
-        let value = *value.ok_or_else(|| unknown_monitor(&monitor, &self.metrics))?;
+        let outputs = &self.model.spec().outputs;
+        let value = *value.ok_or_else(|| unknown_monitor(&monitor, outputs, &self.metrics))?;
         let higher_is_better = monitor.ends_with("accuracy");
         let improved = match &self.best {
             None => true,
@@ -488,18 +497,34 @@ impl Trainer {
     }
 }
 
-/// Sums of the loss and metrics over rows, to be added up across ranks.
+/// The names an epoch reports, in order: "loss", then with one output each
+/// metric by name, with several outputs (as Keras does) each output's loss
+/// and metrics prefixed with its name ("loss" is then their total).
+fn reported_names(outputs: &[String], metrics: &[Metric]) -> Vec<String> {
+    let mut names = vec!["loss".to_string()];
+    if let [_] = outputs {
+        names.extend(metrics.iter().map(|m| m.name().to_string()));
+    } else {
+        for output in outputs {
+            names.push(format!("{output}_loss"));
+            names.extend(metrics.iter().map(|m| format!("{output}_{}", m.name())));
+        }
+    }
+    names
+}
+
+/// Sums of each output's loss and metrics over rows, to be added up across
+/// ranks.
 struct MetricSums {
-    loss: f64,
-    metrics: Vec<f64>,
+    /// Per output: the loss, then each metric.
+    sums: Vec<Vec<f64>>,
     rows: f64,
 }
 
 impl MetricSums {
-    fn new(metrics: usize) -> MetricSums {
+    fn new(outputs: usize, metrics: usize) -> MetricSums {
         MetricSums {
-            loss: 0.0,
-            metrics: vec![0.0; metrics],
+            sums: vec![vec![0.0; 1 + metrics]; outputs],
             rows: 0.0,
         }
     }
@@ -511,7 +536,7 @@ impl MetricSums {
         loss: Loss,
         metrics: &[Metric],
     ) -> Result<()> {
-        for (output, label) in outputs.iter().zip(labels) {
+        for ((output, label), sums) in outputs.iter().zip(labels).zip(&mut self.sums) {
             let (rows, width) = output.dims2()?;
             let label_width = label.dims2()?.1;
             let pred = output.detach().flatten_all()?.to_vec1::<f32>()?;
@@ -521,8 +546,8 @@ impl MetricSums {
                     &pred[r * width..(r + 1) * width],
                     &truth[r * label_width..(r + 1) * label_width],
                 );
-                self.loss += loss.row(p, y);
-                for (sum, metric) in self.metrics.iter_mut().zip(metrics) {
+                sums[0] += loss.row(p, y);
+                for (sum, metric) in sums[1..].iter_mut().zip(metrics) {
                     *sum += metric.row(p, y);
                 }
             }
@@ -534,26 +559,42 @@ impl MetricSums {
         Ok(())
     }
 
+    /// The epoch's values under [`reported_names`], over every rank's rows.
     fn finish(
         self,
         comm: &dyn Collectives,
         name: &str,
         loss: Loss,
         metrics: &[Metric],
+        outputs: &[String],
     ) -> Result<BTreeMap<String, f64>> {
-        let mut values = vec![self.loss, self.rows];
-        values.extend(&self.metrics);
+        let mut values = vec![self.rows];
+        values.extend(self.sums.iter().flatten());
         let summed = comm.allreduce_sum_f64(name, values)?;
-        let rows = summed[1];
-        let mut out = BTreeMap::new();
-        out.insert(
-            "loss".to_string(),
-            Metric::Loss(loss).finish(summed[0], rows),
-        );
-        for (metric, sum) in metrics.iter().zip(&summed[2..]) {
-            out.insert(metric.name().to_string(), metric.finish(*sum, rows));
-        }
-        Ok(out)
+        let rows = summed[0];
+        let per_output: Vec<Vec<f64>> = summed[1..]
+            .chunks(1 + metrics.len())
+            .map(|sums| {
+                let mut finished = vec![Metric::Loss(loss).finish(sums[0], rows)];
+                finished.extend(
+                    metrics
+                        .iter()
+                        .zip(&sums[1..])
+                        .map(|(m, s)| m.finish(*s, rows)),
+                );
+                finished
+            })
+            .collect();
+        let total_loss = per_output.iter().map(|values| values[0]).sum();
+        let values = std::iter::once(total_loss).chain(if outputs.len() == 1 {
+            per_output[0][1..].to_vec()
+        } else {
+            per_output.concat()
+        });
+        Ok(reported_names(outputs, metrics)
+            .into_iter()
+            .zip(values)
+            .collect())
     }
 }
 
@@ -568,27 +609,25 @@ fn monitor_of(config: &TrainConfig) -> String {
     })
 }
 
-fn unknown_monitor(monitor: &str, metrics: &[Metric]) -> Error {
-    let mut names = vec!["loss"];
-    names.extend(metrics.iter().map(|m| m.name()));
+fn unknown_monitor(monitor: &str, outputs: &[String], metrics: &[Metric]) -> Error {
     Error::Config(format!(
         "monitor '{monitor}' is not a reported metric ({}; val_ versions with validation)",
-        names.join(", ")
+        reported_names(outputs, metrics).join(", ")
     ))
 }
 
 /// The monitor must name a reported metric, checked before the first epoch
 /// rather than after it.
-fn check_monitor(config: &TrainConfig, metrics: &[Metric]) -> Result<()> {
+fn check_monitor(config: &TrainConfig, outputs: &[String], metrics: &[Metric]) -> Result<()> {
     let monitor = monitor_of(config);
     let name = match monitor.strip_prefix("val_") {
         Some(name) if config.has_validation() => name,
         _ => monitor.as_str(),
     };
-    if name == "loss" || metrics.iter().any(|m| m.name() == name) {
+    if reported_names(outputs, metrics).iter().any(|n| n == name) {
         Ok(())
     } else {
-        Err(unknown_monitor(&monitor, metrics))
+        Err(unknown_monitor(&monitor, outputs, metrics))
     }
 }
 

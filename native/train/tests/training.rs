@@ -816,3 +816,77 @@ fn the_predictor_names_categories_outside_the_vocabulary() {
         "{message}"
     );
 }
+
+const TWO_HEADS_SPEC: &str = r#"{
+  "inputs": [{"name": "x", "type": "float"},
+             {"name": "cat", "type": "categorical", "vocabulary": 5}],
+  "layers": [{"name": "cat_emb", "type": "embedding", "input": "cat", "dim": 3},
+             {"name": "all", "type": "concatenate", "inputs": ["x", "cat_emb"]},
+             {"name": "hidden", "type": "dense", "input": "all", "units": 16, "activation": "relu"},
+             {"name": "y_hat", "type": "dense", "input": "hidden", "units": 1},
+             {"name": "z_hat", "type": "dense", "input": "hidden", "units": 1}],
+  "outputs": ["y_hat", "z_hat"]
+}"#;
+
+/// The regression table with a second label, z = -y / 2.
+fn two_label_table(rows: usize) -> Table {
+    let table = regression_table(rows, 5);
+    let column = |name: &str| table.column(name).unwrap().values().to_vec();
+    let z = column("y").iter().map(|y| -y / 2.0).collect();
+    Table::new(
+        rows,
+        vec![
+            Column::new("x", 2, column("x")),
+            Column::new("cat", 1, column("cat")),
+            Column::new("y", 1, column("y")),
+            Column::new("z", 1, z),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn several_outputs_report_each_outputs_loss_and_metrics() {
+    let spec = || ModelSpec::from_json(TWO_HEADS_SPEC).unwrap();
+    let two_heads = |extra: &str| {
+        config(&format!(
+            r#", "label_columns": ["y", "z"], "epochs": 3, "validation_fraction": 0.2 {extra}"#
+        ))
+    };
+    let mut trainer = Trainer::new(
+        spec(),
+        two_heads(r#", "monitor": "val_z_hat_mae""#),
+        two_label_table(800),
+        &Single,
+        None,
+    )
+    .unwrap();
+    train_to_end(&mut trainer, &Single);
+    let last = &trainer.history()[2];
+    for values in [&last.train, &last.val] {
+        let names: Vec<&str> = values.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["loss", "y_hat_loss", "y_hat_mae", "z_hat_loss", "z_hat_mae"]
+        );
+        let total = values["y_hat_loss"] + values["z_hat_loss"];
+        assert!((values["loss"] - total).abs() < 1e-9, "{values:?}");
+        // z is half of y's scale: its error is smaller.
+        assert!(values["z_hat_mae"] < values["y_hat_mae"], "{values:?}");
+    }
+    let error = Trainer::new(
+        spec(),
+        two_heads(r#", "monitor": "val_mae""#),
+        two_label_table(100),
+        &Single,
+        None,
+    )
+    .err()
+    .unwrap();
+    assert!(
+        error.to_string().contains(
+            "monitor 'val_mae' is not a reported metric (loss, y_hat_loss, y_hat_mae, z_hat_loss, z_hat_mae"
+        ),
+        "{error}"
+    );
+}
