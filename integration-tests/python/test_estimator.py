@@ -45,7 +45,7 @@ def test_bad_params_and_columns_are_named(spark):
 
 
 def test_saved_models_and_pipelines_load_from_python(spark, tmp_path):
-    df = data(spark).limit(500)
+    df = spark.createDataFrame(data(spark).limit(500).collect())  # the same rows in every job
     estimator = HorovodEstimator(modelSpec=SPEC, labelCols=["y"], numProc=2, epochs=1, batchSize=64, verbose=0)
     pipeline = Pipeline(stages=[estimator]).fit(df)
     expected = [r.prediction for r in pipeline.transform(df).orderBy("x1").collect()]
