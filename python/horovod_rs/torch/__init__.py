@@ -44,6 +44,7 @@ from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's AP
     shutdown,
     size,
 )
+from horovod_rs.torch import adasum as _adasum
 from horovod_rs.torch.compression import Compression  # noqa: F401
 from horovod_rs.torch.optimizer import DistributedOptimizer  # noqa: F401
 
@@ -52,6 +53,7 @@ Sum = "sum"
 Min = "min"
 Max = "max"
 Product = "product"
+Adasum = "adasum"
 
 _DTYPES = {
     torch.uint8: "uint8",
@@ -212,14 +214,39 @@ def _wait(work, dtype, output):
     return result
 
 
+def _adasum_async(tensor, name, prescale, postscale, process_set, output):
+    """Adasum over the ranks: every rank gathers every rank's tensor (scaled by ``prescale``) and
+    combines them (horovod_rs.torch.adasum); the result goes into ``output`` when given."""
+    if not tensor.dtype.is_floating_point:
+        raise ValueError("Adasum combines float tensors, not %s" % tensor.dtype)
+    flat = tensor.detach().reshape(1, -1).to(torch.float64) * prescale
+    handle = allgather_async(flat, name or basics.next_name("adasum", _process_sets.engine(process_set)[1]),
+                             process_set)
+
+    def finish(gathered):
+        combined = (_adasum.combine(gathered.cpu()) * postscale).reshape(tensor.shape).to(tensor.dtype)
+        if output is None:
+            return combined.to(tensor.device)
+        with torch.no_grad():
+            output.copy_(combined)
+        return output
+
+    _handles[handle].finish = finish
+    return handle
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None):
+    if op == Adasum:
+        return _adasum_async(tensor, name, prescale_factor, postscale_factor, process_set, None)
     return _submit("allreduce", tensor, name, op=_op(op, average), prescale=prescale_factor,
                    postscale=postscale_factor, process_set=process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
+    if op == Adasum:
+        return _adasum_async(tensor, name, prescale_factor, postscale_factor, process_set, tensor)
     return _submit("allreduce", tensor, name, output=tensor, op=_op(op, average), prescale=prescale_factor,
                    postscale=postscale_factor, process_set=process_set)
 

@@ -42,6 +42,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.register_post_accumulate_grad_hook(self._hook)
 
     def _hook(self, p):
+        if self._op == self._hvd.Adasum:  # Adasum combines the updates in step(), not gradients
+            return
         self._passes[p] += 1
         if self._passes[p] < self.backward_passes_per_step:
             return
@@ -75,8 +77,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles.clear()
 
     def step(self, closure=None):
+        if self._op == self._hvd.Adasum:
+            return self._adasum_step(closure)
         self.synchronize()
         return super(self.__class__, self).step(closure)
+
+    def _adasum_step(self, closure):
+        """As Horovod's Adasum optimizer: each rank takes the wrapped optimizer's step on its own
+        gradients, and the ranks' updates (new minus old parameters) combine with Adasum."""
+        params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
+        starts = [p.detach().clone() for p in params]
+        loss = super(self.__class__, self).step(closure)
+        handles = [self._hvd.allreduce_async(p.detach() - start, name="adasum." + self._names[p],
+                                             op=self._hvd.Adasum, process_set=self._process_set)
+                   for p, start in zip(params, starts)]
+        with torch.no_grad():
+            for p, start, handle in zip(params, starts, handles):
+                p.copy_(start + self._hvd.synchronize(handle))
+        return loss
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
