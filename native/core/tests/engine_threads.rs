@@ -374,8 +374,9 @@ fn joined_ranks_stand_in_with_zeros_until_every_rank_joins() {
     }
 }
 
-#[test]
-fn a_broadcast_from_a_joined_root_fails_naming_it() {
+/// Rank 0 joins while rank 1 submits `submission()` and then joins: rank
+/// 1's error for it (rank 0's join must report rank 1 as the last).
+fn error_while_rank_0_has_joined(submission: fn() -> Request) -> String {
     let results = run(2, EngineConfig::default(), move |rank, engine| {
         if rank == 0 {
             return engine
@@ -385,15 +386,22 @@ fn a_broadcast_from_a_joined_root_fails_naming_it() {
                 .map(|o| joined_last(&o).to_string());
         }
         let outcome = engine
-            .submit(request("weights", Operation::Broadcast { root: 0 }, &[1.0]))
+            .submit(submission())
             .unwrap()
             .wait(WAIT)
-            .map(|_| "broadcast".to_string());
+            .map(|_| "completed".to_string());
         engine.submit(join_request()).unwrap().wait(WAIT).unwrap();
         outcome
     });
     assert_eq!(results[0].as_ref().unwrap(), "1");
-    let error = results[1].as_ref().unwrap_err().to_string();
+    results[1].as_ref().unwrap_err().to_string()
+}
+
+#[test]
+fn a_broadcast_from_a_joined_root_fails_naming_it() {
+    let error = error_while_rank_0_has_joined(|| {
+        request("weights", Operation::Broadcast { root: 0 }, &[1.0])
+    });
     assert!(
         error.contains("broadcast from rank 0, which has joined"),
         "{error}"
@@ -402,35 +410,19 @@ fn a_broadcast_from_a_joined_root_fails_naming_it() {
 
 #[test]
 fn a_gpu_tensor_fails_while_a_rank_has_joined() {
-    let results = run(2, EngineConfig::default(), move |rank, engine| {
-        if rank == 0 {
-            return engine
-                .submit(join_request())
-                .unwrap()
-                .wait(WAIT)
-                .map(|o| joined_last(&o).to_string());
-        }
+    let error = error_while_rank_0_has_joined(|| {
         // SAFETY: never dereferenced: the coordinator fails the tensor
         // before any rank executes it.
         let data =
             unsafe { Payload::device(DevicePtr(0x1000), 8, 0, StreamHandle(0), Box::new(())) };
-        let gradient = Request {
+        Request {
             name: "gpu.grad".into(),
             operation: Operation::allreduce(ReduceOp::Sum),
             dtype: DataType::F64,
             shape: vec![1],
             data,
-        };
-        let outcome = engine
-            .submit(gradient)
-            .unwrap()
-            .wait(WAIT)
-            .map(|_| "allreduce".to_string());
-        engine.submit(join_request()).unwrap().wait(WAIT).unwrap();
-        outcome
+        }
     });
-    assert_eq!(results[0].as_ref().unwrap(), "1");
-    let error = results[1].as_ref().unwrap_err().to_string();
     assert!(
         error.contains("a GPU tensor's allreduce cannot run while ranks [0] have joined"),
         "{error}"
