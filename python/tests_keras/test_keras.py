@@ -97,3 +97,13 @@ def test_learning_rate_warmup_reaches_the_initial_rate():
     net.fit(x[:16], y[:16], batch_size=8, epochs=2, verbose=0,
             callbacks=[hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.05, warmup_epochs=1)])
     assert np.isclose(float(net.optimizer.learning_rate.numpy()), 0.05)
+
+
+def test_process_sets_reduce_among_their_ranks():
+    evens, odds = hvd.add_process_set(list(range(0, N, 2))), hvd.add_process_set(list(range(1, N, 2)))
+    mine = evens if R % 2 == 0 else odds
+    total = hvd.allreduce(tf.constant([float(R)]), op=hvd.Sum, name="k.ps.sum", process_set=mine).numpy()
+    assert total.tolist() == [float(sum(mine.ranks))]
+    root = mine.ranks[-1]
+    assert hvd.broadcast(tf.constant([R]), root_rank=root, name="k.ps.bc", process_set=mine).numpy().tolist() == [root]
+    assert hvd.remove_process_set(evens) and hvd.remove_process_set(odds)

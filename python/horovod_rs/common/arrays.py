@@ -4,6 +4,7 @@
 import numpy as np
 
 from horovod_rs.common import basics
+from horovod_rs.common import process_sets
 
 _DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int32", "int64", "float16", "float32", "float64")}
 
@@ -15,22 +16,24 @@ def _dtype_name(array):
         raise ValueError("horovod_rs cannot run collectives on arrays of type %s" % array.dtype) from None
 
 
-def _run(kind, array, name, **options):
+def _run(kind, array, name, process_set=None, **options):
+    engine, set_id = process_sets.engine(process_set)
     array = np.ascontiguousarray(array)
-    work = basics.state().rank.submit(kind, name or basics.next_name(kind), array.reshape(-1).view(np.uint8),
-                                      _dtype_name(array), list(array.shape), **options)
+    work = engine.submit(kind, name or basics.next_name(kind, set_id), array.reshape(-1).view(np.uint8),
+                         _dtype_name(array), list(array.shape), **options)
     data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
     return np.frombuffer(data, dtype=array.dtype).reshape(shape).copy()
 
 
-def allreduce_many(arrays, names, op="average"):
+def allreduce_many(arrays, names, op="average", process_set=None):
     """Allreduces of several arrays, all submitted before any is waited on (so the engine can fuse
     them); the results in order."""
+    engine, _ = process_sets.engine(process_set)
     submitted = []
     for array, name in zip(arrays, names):
         array = np.ascontiguousarray(array)
-        work = basics.state().rank.submit("allreduce", name, array.reshape(-1).view(np.uint8), _dtype_name(array),
-                                          list(array.shape), op=op)
+        work = engine.submit("allreduce", name, array.reshape(-1).view(np.uint8), _dtype_name(array),
+                             list(array.shape), op=op)
         submitted.append((work, array.dtype))
     results = []
     for work, dtype in submitted:
@@ -39,13 +42,13 @@ def allreduce_many(arrays, names, op="average"):
     return results
 
 
-def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return _run("allreduce", array, name, op=op, prescale=prescale_factor, postscale=postscale_factor)
+def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return _run("allreduce", array, name, process_set, op=op, prescale=prescale_factor, postscale=postscale_factor)
 
 
-def broadcast(array, root_rank, name=None):
-    return _run("broadcast", array, name, root=root_rank)
+def broadcast(array, root_rank, name=None, process_set=None):
+    return _run("broadcast", array, name, process_set, root=process_sets.root_position(root_rank, process_set))
 
 
-def allgather(array, name=None):
-    return _run("allgather", array, name)
+def allgather(array, name=None, process_set=None):
+    return _run("allgather", array, name, process_set)

@@ -66,6 +66,16 @@ def engine(process_set):
     return process_set._rank, process_set.process_set_id
 
 
+def root_position(root_rank, process_set):
+    """A broadcast's ``root_rank`` (a rank of the job, as in Horovod) as a position in
+    ``process_set``."""
+    if process_set is None or process_set.process_set_id == 0:
+        return root_rank
+    if root_rank not in process_set.ranks:
+        raise ValueError("broadcast root %d is not in %r" % (root_rank, process_set))
+    return process_set.ranks.index(root_rank)
+
+
 def _allgather_strings(text, name):
     """Every rank's ``text`` in rank order, through the job's engine."""
     rank = basics.state().rank

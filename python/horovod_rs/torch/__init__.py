@@ -301,21 +301,12 @@ def allgather(tensor, name=None, process_set=None):
     return synchronize(allgather_async(tensor, name, process_set))
 
 
-def _root(root_rank, process_set):
-    """``root_rank`` (a rank of the job) as a position in ``process_set``."""
-    if process_set is None or process_set.process_set_id == 0:
-        return root_rank
-    if root_rank not in process_set.ranks:
-        raise ValueError("broadcast root %d is not in %r" % (root_rank, process_set))
-    return process_set.ranks.index(root_rank)
-
-
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return _submit("broadcast", tensor, name, root=_root(root_rank, process_set), process_set=process_set)
+    return _submit("broadcast", tensor, name, root=_process_sets.root_position(root_rank, process_set), process_set=process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _submit("broadcast", tensor, name, output=tensor, root=_root(root_rank, process_set),
+    return _submit("broadcast", tensor, name, output=tensor, root=_process_sets.root_position(root_rank, process_set),
                    process_set=process_set)
 
 

@@ -10,6 +10,12 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_rs.common import arrays
+from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
     init,
     is_initialized,
@@ -50,22 +56,23 @@ class Compression:
             return array if ctx is None else array.astype(ctx)
 
 
-def allreduce(value, name=None, average=True, op=None):
-    """The element-wise average (or ``op``) of ``value`` over all ranks, as a tf tensor."""
+def allreduce(value, name=None, average=True, op=None, process_set=None):
+    """The element-wise average (or ``op``) of ``value`` over all ranks (of ``process_set``), as a
+    tf tensor."""
     op = op or (Average if average else Sum)
-    return tf.convert_to_tensor(arrays.allreduce(np.asarray(value), op=op, name=name))
+    return tf.convert_to_tensor(arrays.allreduce(np.asarray(value), op=op, name=name, process_set=process_set))
 
 
-def broadcast(value, root_rank, name=None):
-    """Rank ``root_rank``'s ``value`` on every rank, as a tf tensor."""
-    return tf.convert_to_tensor(arrays.broadcast(np.asarray(value), root_rank, name=name))
+def broadcast(value, root_rank, name=None, process_set=None):
+    """Rank ``root_rank``'s ``value`` on every rank (of ``process_set``), as a tf tensor."""
+    return tf.convert_to_tensor(arrays.broadcast(np.asarray(value), root_rank, name=name, process_set=process_set))
 
 
-def _average_gradients(grads, op, compression):
+def _average_gradients(grads, op, compression, process_set):
     def exchange(*tensors):
         pairs = [compression.compress(t.numpy()) for t in tensors]
         names = ["keras.gradient.%d" % i for i in range(len(pairs))]
-        reduced = arrays.allreduce_many([p[0] for p in pairs], names, op=op)
+        reduced = arrays.allreduce_many([p[0] for p in pairs], names, op=op, process_set=process_set)
         return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
 
     present = [(i, g) for i, g in enumerate(grads) if g is not None]
@@ -79,7 +86,7 @@ def _average_gradients(grads, op, compression):
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
-                         average_aggregated_gradients=False):
+                         average_aggregated_gradients=False, process_set=None):
     """``optimizer``, with every step's gradients averaged over all ranks before they are applied
     (Horovod's signature; ``device_*`` and ``sparse_as_dense`` are accepted and have no effect on
     CPU). All gradients of a step are submitted together, so the engine fuses them.
@@ -105,7 +112,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     class _Distributed(base):
         def apply(self, grads, trainable_variables=None):
-            reduced = _average_gradients(list(grads), op, compression)
+            reduced = _average_gradients(list(grads), op, compression, process_set)
             if scale != 1.0:
                 reduced = [None if g is None else g * scale for g in reduced]
             return super().apply(reduced, trainable_variables)
