@@ -34,6 +34,22 @@ pub enum Transport {
     Auto,
     /// TCP between all ranks, even on one host.
     Tcp,
+    /// As `Auto` on one host; across hosts flat TCP between all ranks,
+    /// never the hierarchical allreduce (Horovod's
+    /// `HOROVOD_HIERARCHICAL_ALLREDUCE=0`).
+    Flat,
+}
+
+impl Transport {
+    /// The transport Horovod's `HOROVOD_HIERARCHICAL_ALLREDUCE` value asks
+    /// for: `0` or `false` is [`Transport::Flat`], anything else (or unset)
+    /// [`Transport::Auto`].
+    pub fn for_hierarchical_setting(value: Option<&str>) -> Transport {
+        match value.map(|v| v.trim().to_ascii_lowercase()) {
+            Some(v) if v == "0" || v == "false" => Transport::Flat,
+            _ => Transport::Auto,
+        }
+    }
 }
 
 /// Timeouts and transport of rendezvous and of collectives.
@@ -285,6 +301,22 @@ pub(crate) mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::thread;
+
+    #[test]
+    fn horovods_hierarchical_setting_picks_the_transport() {
+        for (value, transport) in [
+            (None, Transport::Auto),
+            (Some("1"), Transport::Auto),
+            (Some("0"), Transport::Flat),
+            (Some(" False "), Transport::Flat),
+        ] {
+            assert_eq!(
+                Transport::for_hierarchical_setting(value),
+                transport,
+                "{value:?}"
+            );
+        }
+    }
 
     #[test]
     fn segments_cover_the_data_in_order() {

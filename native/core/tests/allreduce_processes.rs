@@ -319,11 +319,22 @@ fn mixed_transports_agree_on_tcp() {
 /// this machine, but ranks group by the name, so ranks of one name share
 /// memory and different names talk over TCP (the hierarchical allreduce).
 fn run_hierarchical(hosts: &[&str]) {
-    let mut job = Job::start("matrix", vec![RankSpec::default(); hosts.len()]);
+    run_on_hosts(hosts, "auto", true);
+}
+
+/// The matrix on ranks placed on `hosts`, with `transport`; `hierarchical`
+/// is whether allreduce must have levels.
+fn run_on_hosts(hosts: &[&str], transport: &str, hierarchical: bool) {
+    let spec = RankSpec::default().with(common::TRANSPORT_VAR, transport);
+    let mut job = Job::start("matrix", vec![spec; hosts.len()]);
     job.send_all_on_hosts(hosts);
     let outputs = job.finish(Duration::from_secs(120));
     for (rank, lines) in outputs.iter().enumerate() {
-        assert_eq!(lines[0], "SHM false HIER true", "rank {rank} of {hosts:?}");
+        assert_eq!(
+            lines[0],
+            format!("SHM false HIER {hierarchical}"),
+            "rank {rank} of {hosts:?}"
+        );
         assert!(
             lines.last().is_some_and(|l| l.starts_with("OK ")),
             "rank {rank} of {hosts:?}: {lines:?}"
@@ -343,6 +354,15 @@ fn run_hierarchical(hosts: &[&str]) {
 #[test]
 fn hierarchical_two_hosts_of_two_ranks() {
     run_hierarchical(&["127.0.0.1", "127.0.0.1", "localhost", "localhost"]);
+}
+
+#[test]
+fn flat_transport_keeps_two_hosts_on_one_level() {
+    run_on_hosts(
+        &["127.0.0.1", "127.0.0.1", "localhost", "localhost"],
+        "flat",
+        false,
+    );
 }
 
 #[test]

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use horovod_core::{exchange_entries, CommConfig, Communicator, Listener, RendezvousService};
+use horovod_core::{
+    exchange_entries, CommConfig, Communicator, Listener, RendezvousService, Transport,
+};
 use jni::objects::{JByteArray, JClass, JString};
 use jni::sys::{jint, jlong};
 use jni::EnvUnowned;
@@ -84,10 +86,12 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
                 .collect();
             let secret = env.convert_byte_array(&secret)?;
             let rank = count(rank, "rank")?;
+            // Horovod's knob, from the executor's environment (spark.executorEnv.*).
+            let hierarchical = std::env::var("HOROVOD_HIERARCHICAL_ALLREDUCE").ok();
             let config = CommConfig {
                 connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
                 io_timeout: millis(io_timeout_ms, "io timeout")?,
-                ..CommConfig::default()
+                transport: Transport::for_hierarchical_setting(hierarchical.as_deref()),
             };
             let communicator = horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
             Ok(into_handle(communicator))

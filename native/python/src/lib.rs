@@ -10,7 +10,7 @@ use std::time::Duration;
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener,
-    Operation, Payload, ReduceOp, RendezvousService, Request,
+    Operation, Payload, ReduceOp, RendezvousService, Request, Transport,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
@@ -311,10 +311,11 @@ fn start_rank(
     io_timeout_s: f64,
     engine_config: &str,
 ) -> horovod_core::Result<Rank> {
+    let hierarchical = std::env::var("HOROVOD_HIERARCHICAL_ALLREDUCE").ok();
     let config = CommConfig {
         connect_timeout: Duration::from_secs_f64(connect_timeout_s),
         io_timeout: Duration::from_secs_f64(io_timeout_s),
-        ..CommConfig::default()
+        transport: Transport::for_hierarchical_setting(hierarchical.as_deref()),
     };
     let communicator = connect(listener, rank, entries, secret, &config)?;
     let engine = Engine::start(communicator, EngineConfig::parse(engine_config)?)?;

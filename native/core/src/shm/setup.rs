@@ -44,7 +44,7 @@ pub(crate) fn negotiate(
     config: &CommConfig,
 ) -> Result<Option<ShmTransport>> {
     let size = addresses.len();
-    let wants = config.transport == Transport::Auto
+    let wants = config.transport != Transport::Tcp
         && addresses.iter().all(|a| host(a) == host(&addresses[rank]));
     let link = |peer: usize| {
         links[peer].as_ref().ok_or_else(|| Error::Unusable {

@@ -314,6 +314,7 @@ pub fn config() -> CommConfig {
         io_timeout: env_ms(IO_MS_VAR),
         transport: match var(TRANSPORT_VAR).as_deref() {
             Some("tcp") => Transport::Tcp,
+            Some("flat") => Transport::Flat,
             _ => Transport::Auto,
         },
     }
