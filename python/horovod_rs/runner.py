@@ -79,8 +79,16 @@ def assign_slots(hosts, num_proc):
     return [(host, local, count, cross) for cross, (host, count) in enumerate(used) for local in range(count)]
 
 
-def _is_this_host(host):
-    return host in ("localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn())
+LOOPBACK_NAMES = {"localhost", "127.0.0.1"}
+
+
+def _remote_hosts(slots):
+    """The hosts of ``slots`` that are not this one (``getfqdn`` may ask DNS: only asked when -H
+    names hosts other than loopback, once per job)."""
+    hosts = {host for host, _, _, _ in slots} - LOOPBACK_NAMES
+    if hosts:
+        hosts -= {socket.gethostname(), socket.getfqdn()}
+    return sorted(hosts)
 
 
 def _address_towards(host):
@@ -119,7 +127,7 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
     """Runs ``command`` as ranks 0..num_proc-1, on this host or on ``slots`` (from
     ``assign_slots``); returns the job's exit code."""
     slots = slots or [("127.0.0.1", r, num_proc, 0) for r in range(num_proc)]
-    remote = sorted({h for h, _, _, _ in slots if not _is_this_host(h)})
+    remote = _remote_hosts(slots)
     # With other hosts in the job, this host's ranks and the service need an address they reach.
     here = _address_towards(remote[0]) if remote else "127.0.0.1"
     secret = secrets.token_bytes(32)
@@ -136,7 +144,7 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
     for rank, (host, local_rank, local_size, cross_rank) in enumerate(slots):
         variables = dict(shared, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(local_rank),
                          HOROVOD_LOCAL_SIZE=str(local_size), HOROVOD_CROSS_RANK=str(cross_rank),
-                         HOROVOD_HOSTNAME=here if _is_this_host(host) else host)
+                         HOROVOD_HOSTNAME=host if host in remote else here)
         if host in remote:
             p = subprocess.Popen(_ssh(host, ssh_port, dict(forwarded, **variables), command), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
