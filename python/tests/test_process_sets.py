@@ -32,7 +32,7 @@ def test_collectives_run_among_the_sets_ranks(sets):
     root = ps.ranks[-1]  # a rank of the job, as in Horovod
     assert hvd.broadcast(torch.tensor([R]), root_rank=root, name="ps.bcast", process_set=ps).item() == root
     assert hvd.broadcast_object({"from": R}, root_rank=root, process_set=ps) == {"from": root}
-    assert hvd.global_process_set.size() == N
+    assert hvd.global_process_set.size() == N and hvd.global_process_set.ranks == list(range(N))
 
 
 def test_unnamed_collectives_in_a_set_leave_the_jobs_names_alone(sets):

@@ -16,24 +16,24 @@ class ProcessSet:
     """A subset of the job's ranks (``ranks``), usable once added (``process_set_id`` set)."""
 
     def __init__(self, ranks):
-        self.ranks = sorted({int(r) for r in ranks})
+        self._ranks = sorted({int(r) for r in ranks})
         self.process_set_id = None
         self._rank = None
 
+    @property
+    def ranks(self):
+        return self._ranks
+
     def included(self):
         """Whether this process is one of the set's ranks."""
-        return basics.rank() in self._all_ranks()
+        return basics.rank() in self.ranks
 
     def rank(self):
         """This process's rank within the set (None outside it)."""
-        ranks = self._all_ranks()
-        return ranks.index(basics.rank()) if basics.rank() in ranks else None
+        return self.ranks.index(basics.rank()) if self.included() else None
 
     def size(self):
-        return len(self._all_ranks())
-
-    def _all_ranks(self):
-        return self.ranks
+        return len(self.ranks)
 
     def __repr__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
@@ -46,7 +46,8 @@ class _GlobalProcessSet(ProcessSet):
         super().__init__([])
         self.process_set_id = 0
 
-    def _all_ranks(self):
+    @property
+    def ranks(self):
         return list(range(basics.size()))
 
 
