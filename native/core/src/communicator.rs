@@ -23,7 +23,7 @@ use crate::link::Link;
 use crate::reduce::{Element, ReduceOp};
 use crate::shm::ShmTransport;
 use crate::tcp;
-use crate::wire::{Header, HEADER_LEN};
+use crate::wire::{Header, Kind, HEADER_LEN};
 
 /// Which transport the collectives of a communicator use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,6 +169,54 @@ impl Communicator {
             // The levels exchange headers of their own.
             (None, Some(hierarchy)) => hierarchy.allreduce(data, op),
             (None, None) => tcp::allreduce(self, data, op, &header),
+        };
+        self.settle(result)
+    }
+
+    /// The reduce-scatter half of an allreduce through shared memory: this
+    /// rank's shard of `data` (`segment(len, size, rank)`) ends reduced with
+    /// `op` across the ranks, not divided for `Average`; the rest is
+    /// unchanged. For the hierarchical allreduce, which checks
+    /// [`Communicator::uses_shared_memory`] first.
+    pub(crate) fn reduce_scatter_shards<T: Element>(
+        &mut self,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let len = data.len();
+        let header = |seq| Header::new(seq, Kind::Reducescatter, T::CODE, Some(op), len, 0);
+        self.on_shards(header, |shm, links, header| {
+            shm.reduce_scatter_shards(links, data, op, header)
+        })
+    }
+
+    /// The allgather half: every rank ends with every rank's shard of `data`.
+    pub(crate) fn allgather_shards<T: Element>(&mut self, data: &mut [T]) -> Result<()> {
+        let len = data.len();
+        let header = |seq| Header::new(seq, Kind::Allgather, T::CODE, None, len, 0);
+        self.on_shards(header, |shm, links, header| {
+            shm.allgather_shards(links, data, header)
+        })
+    }
+
+    /// Runs a half of a sharded allreduce on the shared memory transport.
+    fn on_shards(
+        &mut self,
+        header: impl FnOnce(u64) -> Header,
+        run: impl FnOnce(&mut ShmTransport, &[Option<Link>], &Header) -> Result<()>,
+    ) -> Result<()> {
+        self.check_usable()?;
+        if self.size == 1 {
+            return Ok(());
+        }
+        let header = header(self.seq);
+        self.seq += 1;
+        let result = match &mut self.shm {
+            Some(shm) => run(shm, &self.links, &header),
+            None => Err(Error::Unusable {
+                cause: "shards are exchanged through shared memory, which this communicator lacks"
+                    .into(),
+            }),
         };
         self.settle(result)
     }

@@ -357,6 +357,20 @@ fn hierarchical_two_hosts_of_two_ranks() {
 }
 
 #[test]
+fn hierarchical_three_interleaved_hosts_of_two_ranks() {
+    // Equal hosts: large messages are sharded, one cross-host communicator
+    // per local rank. "127.1" is a third name for this machine.
+    run_hierarchical(&[
+        "127.0.0.1",
+        "localhost",
+        "127.1",
+        "localhost",
+        "127.0.0.1",
+        "127.1",
+    ]);
+}
+
+#[test]
 fn flat_transport_keeps_two_hosts_on_one_level() {
     run_on_hosts(
         &["127.0.0.1", "127.0.0.1", "localhost", "localhost"],

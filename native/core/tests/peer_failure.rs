@@ -140,11 +140,14 @@ fn survivors_fail_fast(mut job: Job, size: usize, transport: &str) {
 
 #[test]
 fn peer_killed_mid_hierarchical_allreduce_fails_every_survivor_fast() {
-    // Ranks 0, 1 on one "host", 2, 3 on another (both names are this machine).
-    let mut job = Job::start("kill", vec![role("loop"); 4]);
-    job.send_all_on_hosts(&["127.0.0.1", "127.0.0.1", "localhost", "localhost"]);
-    survivors_fail_fast(job, 4, "shm=false");
-    common::assert_no_shm_leftovers();
+    // Ranks 0, 1 on one "host", 2, 3 on another (both names are this
+    // machine); 4 MiB messages are sharded, 1 KiB ones go through leaders.
+    for len in [LEN, 256] {
+        let mut job = Job::start("kill", vec![role("loop").with("HVD_TEST_LEN", len); 4]);
+        job.send_all_on_hosts(&["127.0.0.1", "127.0.0.1", "localhost", "localhost"]);
+        survivors_fail_fast(job, 4, "shm=false");
+        common::assert_no_shm_leftovers();
+    }
 }
 
 #[test]

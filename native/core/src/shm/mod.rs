@@ -19,6 +19,9 @@
 //! all slots itself, in rank order (the same code on the same inputs in the
 //! same order gives the same bits), which saves a phase for latency.
 //!
+//! [`shards`] splits an allreduce into its reduce-scatter and allgather
+//! halves, for the hierarchical allreduce.
+//!
 //! Consecutive chunks alternate between the two slots. Invariant: a rank
 //! writes a slot again only two chunks later, after it has seen every rank
 //! signal the first phase of the chunk in between, which each rank does only
@@ -36,6 +39,7 @@
 mod futex;
 mod segment;
 mod setup;
+mod shards;
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::SeqCst;
@@ -121,8 +125,7 @@ impl ShmTransport {
             let start = c * chunk_elems;
             let chunk = &mut data[start..(start + chunk_elems).min(total)];
             let len = chunk.len();
-            let which = (self.chunks % 2) as usize;
-            self.chunks += 1;
+            let which = self.next_slot();
             // SAFETY (all slot accesses below): the regions are inside the
             // slots (len <= chunk_elems), and by the phase protocol (module
             // docs) no other rank writes a region while it is borrowed here.
@@ -210,6 +213,13 @@ impl ShmTransport {
         let base = self.segment.slot(rank, which).cast::<T>();
         // SAFETY: as in `region`; the caller guarantees exclusivity.
         unsafe { std::slice::from_raw_parts_mut(base.add(range.start), range.len()) }
+    }
+
+    /// The slot for the next chunk: the two alternate.
+    fn next_slot(&mut self) -> usize {
+        let which = (self.chunks % 2) as usize;
+        self.chunks += 1;
+        which
     }
 
     /// Stores this rank's header of the collective `header.seq`.
