@@ -59,8 +59,13 @@ pub(crate) use setup::negotiate;
 const SLOT_BYTES: usize = 1 << 20;
 /// Chunks up to this many bytes are reduced by every rank (one phase).
 const SMALL_MAX: usize = 16 << 10;
-/// Busy-polls of a counter before yielding, when cores are not oversubscribed.
-const SPINS: u32 = 20_000;
+/// How long a waiter busy-polls a counter before yielding, when cores are
+/// not oversubscribed. Short: a running peer answers within microseconds,
+/// and a spinner whose peer waits for its core (the scheduler may place
+/// both on one) keeps the peer off it until it yields.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+/// Busy-polls between looks at the clock.
+const SPINS_PER_CHECK: u32 = 64;
 /// How long a waiter yields the CPU before it sleeps on the futex.
 const YIELD_FOR: Duration = Duration::from_millis(2);
 /// Longest futex sleep between checks of the peers and the deadline.
@@ -275,15 +280,17 @@ impl ShmTransport {
         let control = self.segment.control(k);
         let target = self.phase;
         let reached = |seen: u32| seen.wrapping_sub(target) as i32 >= 0;
+        let started = Instant::now();
         if self.spin {
-            for _ in 0..SPINS {
-                if reached(control.progress.load(SeqCst)) {
-                    return Ok(());
+            while started.elapsed() < SPIN_FOR {
+                for _ in 0..SPINS_PER_CHECK {
+                    if reached(control.progress.load(SeqCst)) {
+                        return Ok(());
+                    }
+                    std::hint::spin_loop();
                 }
-                std::hint::spin_loop();
             }
         }
-        let started = Instant::now();
         while started.elapsed() < YIELD_FOR {
             for _ in 0..32 {
                 if reached(control.progress.load(SeqCst)) {
