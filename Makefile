@@ -23,6 +23,9 @@ BENCH_RANKS     := 2 3 4
 # 1: also install torch (PyPI's Linux wheel pulls its CUDA libraries, about
 # 5 GiB) into the project environment, so the peers include Gloo.
 BENCH_GLOO      ?= 0
+# Runs of everything (ours and the peers) in turn; the table and plot show
+# each figure's median (on a shared VM, single runs vary by up to 2x).
+BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest bench-python tools clean
 
@@ -176,11 +179,12 @@ bench-launch: tools jar-release
 bench-collectives: .tools/openmpi.stamp $(VENV)/.matplotlib $(if $(filter 1,$(BENCH_GLOO)),$(VENV)/.torch)
 	cargo build --release -p horovod-bench
 	@mkdir -p build/bench
-	bash -o pipefail -c '{ ./target/release/horovod-bench $(BENCH_RANKS); \
+	bash -o pipefail -c 'for run in $$(seq $(BENCH_REPEAT)); do \
+	  ./target/release/horovod-bench $(BENCH_RANKS); \
 	  first=1; for n in $(BENCH_RANKS); do \
 	    PYTHON=$(abspath $(PYTHON)) bash $(PEERS) $$n | tail -n +2 | \
 	      if [ $$first = 1 ]; then cat; else grep -v "^memcpy,"; fi; first=0; \
-	  done; } | tee build/bench/collectives.csv'
+	  done; done | tee build/bench/collectives.csv'
 	$(PYTHON) scripts/bench_collectives.py build/bench/collectives.csv docs/bench
 
 clean:
