@@ -10,7 +10,10 @@
 //! sizes in [`SIZES`]; per size two warm-up allreduces, a barrier, then
 //! `clamp(2e8 / bytes, 3, 200)` timed allreduces; rank 0 reports the mean
 //! time per allreduce and the bus bandwidth `2 (n - 1) / n * bytes / seconds`
-//! (as nccl-tests defines it).
+//! (as nccl-tests defines it). Like `mpirun`, which binds its ranks to one
+//! core each by default when they are no more than the cores (and does not
+//! bind them otherwise), each rank then binds itself to a core of its own;
+//! `HOROVOD_BENCH_BIND=0` leaves them unbound.
 //!
 //! Usage: `horovod-bench [RANKS...]` (default `2 3 4`); the environment
 //! variable `HOROVOD_BENCH_TRANSPORTS` (default `auto,tcp,hier`) picks which
@@ -178,6 +181,41 @@ fn run_job(size: usize, mode: Mode) -> Result<(), String> {
     }
 }
 
+/// Binds this process to the `rank`-th core it may run on, when the `size`
+/// ranks fit one per core, as `mpirun` does by default. The peers' Open MPI
+/// figures are measured so; unbound, the scheduler now and then keeps two
+/// ranks on one core for a while, and a run measures that instead.
+fn bind_like_mpirun(rank: usize, size: usize) -> Result<(), String> {
+    let set_size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `cpu_set_t` is plain data, valid when zeroed; both calls are
+    // given its true size, and the CPU_* helpers stay within it.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, set_size, &mut allowed) != 0 {
+            return Err(format!(
+                "rank {rank}: reading its cores: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&core| libc::CPU_ISSET(core, &allowed))
+            .collect();
+        if size > cores.len() {
+            return Ok(());
+        }
+        let mut mine: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cores[rank], &mut mine);
+        if libc::sched_setaffinity(0, set_size, &mine) != 0 {
+            return Err(format!(
+                "rank {rank}: binding to core {}: {}",
+                cores[rank],
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn env(key: &str) -> Result<String, String> {
     std::env::var(key).map_err(|_| format!("{key} is not set"))
 }
@@ -206,6 +244,11 @@ fn run_rank(rank: &str) -> Result<(), String> {
         .map_err(|e| format!("rank {rank}: {e}"))?;
     if mode == Mode::Hier && !comm.is_hierarchical() {
         return Err(format!("rank {rank}: the two-host job is not hierarchical"));
+    }
+    // After connecting: the transport judges from the cores this process may
+    // use whether its ranks can busy-wait, and a bound rank may use one.
+    if std::env::var("HOROVOD_BENCH_BIND").as_deref() != Ok("0") {
+        bind_like_mpirun(rank, size)?;
     }
     let name = mode.impl_name();
     for bytes in SIZES {
