@@ -40,6 +40,7 @@ mod reduce;
 mod rendezvous;
 mod rendezvous_service;
 mod shm;
+mod spin;
 mod tcp;
 mod wire;
 

@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::spin::SpinBudget;
 
 /// An authenticated connection to peer `rank`.
 #[derive(Debug)]
@@ -21,6 +22,9 @@ pub(crate) struct Link {
     rank: usize,
     stream: TcpStream,
     io_timeout: Duration,
+    /// Set when this host's ranks have a core each: waits for the peer
+    /// poll briefly before they sleep ([`crate::spin`]).
+    spin: Option<SpinBudget>,
 }
 
 impl Link {
@@ -44,7 +48,20 @@ impl Link {
             rank,
             stream,
             io_timeout,
+            spin: None,
         })
+    }
+
+    /// This link, polling briefly before it sleeps in a wait for the peer.
+    pub(crate) fn busy_polling(mut self) -> Link {
+        self.spin = Some(SpinBudget::new());
+        self
+    }
+
+    /// Polls `ready` while this link's spin budget lasts; false at once
+    /// when it does not busy-poll.
+    pub(crate) fn spin(&self, ready: impl FnMut() -> bool) -> bool {
+        self.spin.as_ref().is_some_and(|budget| budget.spin(ready))
     }
 
     /// Another link on the same connection (for a communicator of a subset
@@ -58,6 +75,7 @@ impl Link {
             rank: self.rank,
             stream,
             io_timeout: self.io_timeout,
+            spin: self.spin.as_ref().map(|_| SpinBudget::new()),
         })
     }
 
@@ -75,8 +93,28 @@ impl Link {
 
     /// Fills `buf` from the peer.
     pub(crate) fn recv(&self, buf: &mut [u8], during: &str) -> Result<()> {
+        let mut got = 0;
+        if self.spin.is_some() {
+            got = self.try_recv(buf, during)?;
+            let mut failed = None;
+            if got < buf.len() {
+                self.spin(|| match self.try_recv(&mut buf[got..], during) {
+                    Ok(n) => {
+                        got += n;
+                        got == buf.len()
+                    }
+                    Err(error) => {
+                        failed = Some(error);
+                        true
+                    }
+                });
+            }
+            if let Some(error) = failed {
+                return Err(error);
+            }
+        }
         (&self.stream)
-            .read_exact(buf)
+            .read_exact(&mut buf[got..])
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
     }
 

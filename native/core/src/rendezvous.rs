@@ -38,7 +38,7 @@ use log::{debug, warn};
 use crate::auth::{self, Role, Secret, TAG_LEN};
 use crate::communicator::{CommConfig, Communicator};
 use crate::error::{Error, FirstError, Result};
-use crate::hierarchy::Hierarchy;
+use crate::hierarchy::{host, Hierarchy};
 use crate::link::{io_error, Link};
 use crate::shm;
 use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, KIND_RANK, NATIVE_ENDIAN, PREFIX_LEN};
@@ -179,10 +179,14 @@ pub fn connect(
     });
     first.into_result()?;
 
+    let busy_poll = cores_for_each(rank, addresses);
     let mut links = Vec::with_capacity(size);
     for (peer, stream) in streams.into_iter().enumerate() {
         links.push(match stream {
-            Some(stream) => Some(Link::new(peer, stream, config.io_timeout.min(MAX_TIMEOUT))?),
+            Some(stream) => {
+                let link = Link::new(peer, stream, config.io_timeout.min(MAX_TIMEOUT))?;
+                Some(if busy_poll { link.busy_polling() } else { link })
+            }
             None if peer == rank => None,
             None => {
                 return Err(Error::Unusable {
@@ -204,6 +208,16 @@ pub fn connect(
     Ok(Communicator::new(rank, size, links)
         .with_shm(shm)
         .with_hierarchy(hierarchy))
+}
+
+/// Whether this host has a core for each of its ranks (those whose address
+/// names this rank's host), so that a rank waiting for another may poll
+/// instead of sleeping without taking the core of the one it waits for.
+fn cores_for_each(rank: usize, addresses: &[String]) -> bool {
+    let here = host(&addresses[rank]);
+    let ranks_here = addresses.iter().filter(|a| host(a) == here).count();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores >= ranks_here
 }
 
 fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()> {

@@ -30,7 +30,7 @@
 //! reason.
 //!
 //! Waiting spins briefly (only when there are at least as many cores as
-//! ranks, and less and less while spinning does not pay), then
+//! ranks, and less while spinning does not pay: [`crate::spin`]), then
 //! yields the CPU, then sleeps on a futex, waking every [`POLL`] to check
 //! that every peer's TCP connection is still open (a dead process's sockets
 //! are closed by the kernel), whether a peer gave up (the segment's abort
@@ -43,8 +43,7 @@ mod setup;
 mod shards;
 
 use std::ops::Range;
-use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -52,6 +51,7 @@ use crate::communicator::segment as part;
 use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::reduce::{Element, ReduceOp};
+use crate::spin::SpinBudget;
 use crate::wire::{Header, HEADER_LEN};
 use segment::Segment;
 
@@ -61,15 +61,6 @@ pub(crate) use setup::negotiate;
 const SLOT_BYTES: usize = 1 << 20;
 /// Chunks up to this many bytes are reduced by every rank (one phase).
 const SMALL_MAX: usize = 16 << 10;
-/// Longest busy-poll of a counter before yielding, when cores are not
-/// oversubscribed: a running peer answers within microseconds.
-const SPIN_MAX_NANOS: u32 = 20_000;
-/// Shortest: a budget that halves after every wait it did not cover ends
-/// here, so a rank that shares its core with the peer it waits for (the
-/// scheduler may place both on one for a while) yields almost at once.
-const SPIN_MIN_NANOS: u32 = 500;
-/// Busy-polls between looks at the clock.
-const SPINS_PER_CHECK: u32 = 16;
 /// How long a waiter yields the CPU before it sleeps on the futex.
 const YIELD_FOR: Duration = Duration::from_millis(2);
 /// Longest futex sleep between checks of the peers and the deadline.
@@ -89,12 +80,8 @@ pub(crate) struct ShmTransport {
     /// Whether waiters may busy-poll: there are at least as many cores as
     /// ranks, so a spinning rank does not take the CPU of the awaited one.
     spin: bool,
-    /// How long the next wait busy-polls, in nanoseconds: doubled (up to
-    /// [`SPIN_MAX_NANOS`]) after a wait the spin covered, halved (down to
-    /// [`SPIN_MIN_NANOS`]) after one it did not. A wait for a peer that was
-    /// already there says nothing either way: ranks taking turns on one
-    /// core find each other there every other time.
-    spin_nanos: AtomicU32,
+    /// How long waits busy-poll before they yield.
+    spin_budget: SpinBudget,
 }
 
 impl ShmTransport {
@@ -117,7 +104,7 @@ impl ShmTransport {
             chunks: 0,
             io_timeout,
             spin: cores >= size,
-            spin_nanos: AtomicU32::new(SPIN_MAX_NANOS),
+            spin_budget: SpinBudget::new(),
         }
     }
 
@@ -294,23 +281,14 @@ impl ShmTransport {
         if reached(control.progress.load(SeqCst)) {
             return Ok(());
         }
-        let started = Instant::now();
-        if self.spin {
-            let budget = self.spin_nanos.load(Relaxed);
-            let spin_for = Duration::from_nanos(u64::from(budget));
-            while started.elapsed() < spin_for {
-                for _ in 0..SPINS_PER_CHECK {
-                    std::hint::spin_loop();
-                    if reached(control.progress.load(SeqCst)) {
-                        let longer = budget.saturating_mul(2).min(SPIN_MAX_NANOS);
-                        self.spin_nanos.store(longer, Relaxed);
-                        return Ok(());
-                    }
-                }
-            }
-            let shorter = (budget / 2).max(SPIN_MIN_NANOS);
-            self.spin_nanos.store(shorter, Relaxed);
+        if self.spin
+            && self
+                .spin_budget
+                .spin(|| reached(control.progress.load(SeqCst)))
+        {
+            return Ok(());
         }
+        let started = Instant::now();
         while started.elapsed() < YIELD_FOR {
             for _ in 0..32 {
                 if reached(control.progress.load(SeqCst)) {

@@ -48,9 +48,15 @@ pub(crate) fn wait(wants: &[Want<'_>], during: &str) -> Result<()> {
     };
     let timeout = first.link.io_timeout();
     let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY (both polls): `fds` is a valid array of `fds.len()` pollfd
+    // structures whose descriptors stay open while the links are borrowed.
+    let poll_now = |fds: &mut [libc::pollfd]| unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) > 0
+    };
+    if first.link.spin(|| poll_now(&mut fds)) {
+        return Ok(());
+    }
     loop {
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures
-        // whose descriptors stay open while the links are borrowed.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
         match ready {
             0 => return Err(timed_out(first.link, during, timeout)),
