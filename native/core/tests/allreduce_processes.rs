@@ -24,11 +24,11 @@ const MULTI_CHUNK_BYTES: usize = 3 * 1024 * 1024 + 12;
 
 /// f32 lengths at the TCP path's switch points and chunk edges: direct
 /// exchange up to 4072 bytes (1018 f32), owners up to 512 KiB (131072
-/// f32), the ring above, whose slices are `size` x 256 KiB (65536 f32); each
+/// f32), the ring above, whose slices are `size` x 512 KiB (131072 f32); each
 /// just below, at and just above, for every job size.
 fn tcp_boundaries(size: usize) -> Vec<usize> {
     let mut lens = Vec::new();
-    for edge in [1018, 131_072, 2 * size * 65_536] {
+    for edge in [1018, 131_072, 2 * size * 131_072] {
         lens.extend([edge - 1, edge, edge + 1]);
     }
     lens
