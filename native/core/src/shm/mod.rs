@@ -133,11 +133,7 @@ impl ShmTransport {
             // slots (len <= chunk_elems), and by the phase protocol (module
             // docs) no other rank writes a region while it is borrowed here.
             unsafe { self.region_mut::<T>(me, which, 0..len) }.copy_from_slice(chunk);
-            self.signal();
-            self.wait_all(links, header, DURING)?;
-            if c == 0 {
-                self.check_headers(header)?;
-            }
+            self.complete_phase(links, header, DURING, c == 0)?;
             if small {
                 chunk.copy_from_slice(unsafe { self.region::<T>(0, which, 0..len) });
                 for k in 1..n {
@@ -157,8 +153,7 @@ impl ShmTransport {
             if op == ReduceOp::Average {
                 T::divide(acc, n);
             }
-            self.signal();
-            self.wait_all(links, header, DURING)?;
+            self.complete_phase(links, header, DURING, false)?;
             for k in 0..n {
                 let theirs = part(len, n, k);
                 chunk[theirs.clone()]
@@ -171,9 +166,7 @@ impl ShmTransport {
     /// Returns once every rank has entered the barrier opened by `header`.
     pub(crate) fn barrier(&mut self, links: &[Option<Link>], header: &Header) -> Result<()> {
         self.publish(header);
-        self.signal();
-        self.wait_all(links, header, "barrier")?;
-        self.check_headers(header)
+        self.complete_phase(links, header, "barrier", true)
     }
 
     /// Tells the peers this rank gave up (they fail with `PeerLost` naming
@@ -246,6 +239,24 @@ impl ShmTransport {
             if theirs != *ours {
                 return Err(mismatch(k, &theirs, ours));
             }
+        }
+        Ok(())
+    }
+
+    /// Completes this rank's part of a phase and waits for every rank's; on
+    /// the `first` phase of a collective, requires every rank to have opened
+    /// the same one.
+    fn complete_phase(
+        &mut self,
+        links: &[Option<Link>],
+        header: &Header,
+        during: &str,
+        first: bool,
+    ) -> Result<()> {
+        self.signal();
+        self.wait_all(links, header, during)?;
+        if first {
+            self.check_headers(header)?;
         }
         Ok(())
     }

@@ -54,11 +54,7 @@ impl ShmTransport {
                 // invariant no rank writes a slot while it is read.
                 unsafe { self.region_mut::<T>(me, which, at) }.copy_from_slice(&data[theirs]);
             }
-            self.signal();
-            self.wait_all(links, header, DURING)?;
-            if c == 0 {
-                self.check_headers(header)?;
-            }
+            self.complete_phase(links, header, DURING, c == 0)?;
             let mine = piece_of(data.len(), n, me, c, piece);
             let at = me * piece..me * piece + mine.len();
             let acc = &mut data[mine];
@@ -87,11 +83,7 @@ impl ShmTransport {
             let mine = piece_of(data.len(), n, me, c, piece);
             // SAFETY: as in `reduce_scatter_shards`; a slot holds one piece.
             unsafe { self.region_mut::<T>(me, which, 0..mine.len()) }.copy_from_slice(&data[mine]);
-            self.signal();
-            self.wait_all(links, header, DURING)?;
-            if c == 0 {
-                self.check_headers(header)?;
-            }
+            self.complete_phase(links, header, DURING, c == 0)?;
             for k in (0..n).filter(|&k| k != me) {
                 let theirs = piece_of(data.len(), n, k, c, piece);
                 let len = theirs.len();
