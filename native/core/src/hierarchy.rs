@@ -32,7 +32,7 @@ use crate::shm;
 
 /// Messages of at least this many bytes are sharded when the hosts allow.
 /// Measured with two simulated hosts of two ranks on one machine: sharding
-/// is ahead from 4 KiB (23 us against 30-57 us) and 1.8-2.4x at 1-64 MiB;
+/// is ahead from 4 KiB (23 us against 30-57 us) and 1.2-2.3x at 1-64 MiB;
 /// at 4 bytes the leaders' way is (12 us against 20 us).
 pub(crate) const SHARDED_FROM: usize = 4 << 10;
 
