@@ -41,6 +41,7 @@ use crate::error::{Error, FirstError, Result};
 use crate::hierarchy::{host, Hierarchy};
 use crate::link::{io_error, Link};
 use crate::shm;
+use crate::spin;
 use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, KIND_RANK, NATIVE_ENDIAN, PREFIX_LEN};
 
 /// Pause between polls of the non-blocking listener.
@@ -211,13 +212,11 @@ pub fn connect(
 }
 
 /// Whether this host has a core for each of its ranks (those whose address
-/// names this rank's host), so that a rank waiting for another may poll
-/// instead of sleeping without taking the core of the one it waits for.
+/// names this rank's host): then a rank waiting for another may poll
+/// before it sleeps.
 fn cores_for_each(rank: usize, addresses: &[String]) -> bool {
     let here = host(&addresses[rank]);
-    let ranks_here = addresses.iter().filter(|a| host(a) == here).count();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores >= ranks_here
+    spin::a_core_each(addresses.iter().filter(|a| host(a) == here).count())
 }
 
 fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()> {

@@ -19,6 +19,13 @@ const MAX_NANOS: u32 = 20_000;
 /// Shortest spin, where a waiter that keeps its peer off the core ends up.
 const MIN_NANOS: u32 = 500;
 
+/// Whether `ranks` processes on this host may busy-wait for each other:
+/// there is a core for each, so a spinning rank does not take the core of
+/// the one it waits for.
+pub(crate) fn a_core_each(ranks: usize) -> bool {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) >= ranks
+}
+
 /// How long the next wait of one waiter spins.
 #[derive(Debug)]
 pub(crate) struct SpinBudget {

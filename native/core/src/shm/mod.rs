@@ -51,7 +51,7 @@ use crate::communicator::segment as part;
 use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::reduce::{Element, ReduceOp};
-use crate::spin::SpinBudget;
+use crate::spin::{self, SpinBudget};
 use crate::wire::{Header, HEADER_LEN};
 use segment::Segment;
 
@@ -77,25 +77,22 @@ pub(crate) struct ShmTransport {
     /// Chunks this rank has copied in; the parity picks the slot.
     chunks: u64,
     io_timeout: Duration,
-    /// Whether waiters may busy-poll: there are at least as many cores as
-    /// ranks, so a spinning rank does not take the CPU of the awaited one.
-    spin: bool,
-    /// How long waits busy-poll before they yield.
-    spin_budget: SpinBudget,
+    /// How long waits busy-poll before they yield; `None` when they may
+    /// not (more ranks than cores).
+    spin: Option<SpinBudget>,
 }
 
 impl ShmTransport {
     /// Never busy-polls: for the ranks of one host in a hierarchical job,
     /// whose waits include other hosts' network round trips.
     pub(crate) fn without_spinning(mut self) -> ShmTransport {
-        self.spin = false;
+        self.spin = None;
         self
     }
 }
 
 impl ShmTransport {
     fn new(segment: Segment, rank: usize, size: usize, io_timeout: Duration) -> ShmTransport {
-        let cores = thread::available_parallelism().map_or(1, |n| n.get());
         ShmTransport {
             segment,
             rank,
@@ -103,8 +100,7 @@ impl ShmTransport {
             phase: 0,
             chunks: 0,
             io_timeout,
-            spin: cores >= size,
-            spin_budget: SpinBudget::new(),
+            spin: spin::a_core_each(size).then(SpinBudget::new),
         }
     }
 
@@ -292,11 +288,8 @@ impl ShmTransport {
         if reached(control.progress.load(SeqCst)) {
             return Ok(());
         }
-        if self.spin
-            && self
-                .spin_budget
-                .spin(|| reached(control.progress.load(SeqCst)))
-        {
+        let spinning = |budget: &SpinBudget| budget.spin(|| reached(control.progress.load(SeqCst)));
+        if self.spin.as_ref().is_some_and(spinning) {
             return Ok(());
         }
         let started = Instant::now();
