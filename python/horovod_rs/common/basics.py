@@ -15,16 +15,47 @@ _lock = threading.Lock()
 _state = None
 
 
+class RankSpec:
+    """What a process needs to join a job as one of its ranks: read from the launcher's
+    environment (``from_env``) or built by an embedding that starts ranks itself (Spark tasks),
+    which need not put the job's secret into a reused process's environment."""
+
+    def __init__(self, rank, size, rendezvous, secret, host="127.0.0.1", local_rank=None, local_size=None,
+                 cross_rank=0, cross_size=1, connect_timeout=None, engine_config=""):
+        self.rank, self.size, self.rendezvous, self.secret, self.host = rank, size, rendezvous, secret, host
+        self.local_rank = rank if local_rank is None else local_rank
+        self.local_size = size if local_size is None else local_size
+        self.cross_rank, self.cross_size = cross_rank, cross_size
+        self.connect_timeout = DEFAULT_CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
+        self.engine_config = engine_config
+
+    @classmethod
+    def from_env(cls, env):
+        """The launcher's variables (horovodrs), or None when there are none."""
+        if "HOROVOD_RS_RENDEZVOUS" not in env:
+            return None
+        rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+        return cls(rank, size, env["HOROVOD_RS_RENDEZVOUS"], bytes.fromhex(env["HOROVOD_RS_SECRET"]),
+                   host=env.get("HOROVOD_HOSTNAME", "127.0.0.1"),
+                   local_rank=int(env.get("HOROVOD_LOCAL_RANK", rank)),
+                   local_size=int(env.get("HOROVOD_LOCAL_SIZE", size)),
+                   cross_rank=int(env.get("HOROVOD_CROSS_RANK", 0)), cross_size=int(env.get("HOROVOD_CROSS_SIZE", 1)),
+                   connect_timeout=float(env.get("HOROVOD_RS_CONNECT_TIMEOUT_SECONDS", DEFAULT_CONNECT_TIMEOUT_S)),
+                   engine_config=_engine_config(env))
+
+
+# Seconds a rank waits for the others to join (HOROVOD_RS_CONNECT_TIMEOUT_SECONDS).
+DEFAULT_CONNECT_TIMEOUT_S = 120.0
+
+
 class _State:
-    def __init__(self, rank, env, secret, host, connect_timeout, engine_config):
+    def __init__(self, rank, spec):
         self.rank = rank
         # What a process set's ranks need to connect among themselves.
-        self.secret, self.host = secret, host
-        self.connect_timeout, self.engine_config = connect_timeout, engine_config
-        self.local_rank = int(env.get("HOROVOD_LOCAL_RANK", rank.rank()))
-        self.local_size = int(env.get("HOROVOD_LOCAL_SIZE", rank.size()))
-        self.cross_rank = int(env.get("HOROVOD_CROSS_RANK", 0))
-        self.cross_size = int(env.get("HOROVOD_CROSS_SIZE", 1))
+        self.secret, self.host = spec.secret, spec.host
+        self.connect_timeout, self.engine_config = spec.connect_timeout, spec.engine_config
+        self.local_rank, self.local_size = spec.local_rank, spec.local_size
+        self.cross_rank, self.cross_size = spec.cross_rank, spec.cross_size
         self.counters = {}  # per process set: its ranks name unnamed collectives alike
         self.process_sets = {}  # id -> ProcessSet, beyond the global one
 
@@ -46,35 +77,35 @@ def _engine_config(env):
 def init(process_sets=None):
     """Joins the job: connects to every other rank. Every rank must call it. ``process_sets``: a
     list of ``ProcessSet`` to add at once (``add_process_set``), as in Horovod."""
-    _init()
+    _init(RankSpec.from_env(os.environ))
     for process_set in process_sets or []:
         from horovod_rs.common.process_sets import add_process_set
 
         add_process_set(process_set)
 
 
-def _init():
+def init_rank(spec):
+    """Joins the job described by ``spec`` (a ``RankSpec``); ``init()`` after this does nothing."""
+    _init(spec)
+
+
+def _init(spec):
     global _state
     with _lock:
         if _state is not None:
             return
-        env = os.environ
-        if "HOROVOD_RS_RENDEZVOUS" in env:
-            rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
-            service = env["HOROVOD_RS_RENDEZVOUS"]
-            secret = bytes.fromhex(env["HOROVOD_RS_SECRET"])
-            host = env.get("HOROVOD_HOSTNAME", "127.0.0.1")
-            local = None
-        else:  # Started without a launcher: a job of one.
-            rank, size, secret, host = 0, 1, secrets.token_bytes(32), "127.0.0.1"
+        local = None
+        if spec is None:  # Started without a launcher: a job of one.
+            secret = secrets.token_bytes(32)
             local = _native.Rendezvous(secret, 1)
-            service = "127.0.0.1:%d" % local.port()
-        connect_timeout = float(env.get("HOROVOD_RS_CONNECT_TIMEOUT_SECONDS", "120"))
-        native = _native.Rank(rank, size, service, secret, host, connect_timeout, DEFAULT_TIMEOUT_S,
-                              _engine_config(env))
-        if local is not None:
-            local.close()
-        _state = _State(native, env, secret, host, connect_timeout, _engine_config(env))
+            spec = RankSpec(0, 1, "127.0.0.1:%d" % local.port(), secret, engine_config=_engine_config(os.environ))
+        try:
+            native = _native.Rank(spec.rank, spec.size, spec.rendezvous, spec.secret, spec.host, spec.connect_timeout,
+                                  DEFAULT_TIMEOUT_S, spec.engine_config)
+        finally:
+            if local is not None:
+                local.close()
+        _state = _State(native, spec)
 
 
 def shutdown():
