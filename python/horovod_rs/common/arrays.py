@@ -52,3 +52,17 @@ def broadcast(array, root_rank, name=None, process_set=None):
 
 def allgather(array, name=None, process_set=None):
     return _run("allgather", array, name, process_set)
+
+
+def allgather_object(obj, name, process_set=None):
+    """Every rank's ``obj`` (pickled), in rank order."""
+    import pickle
+
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    lengths = allgather(np.array([payload.size], dtype=np.int64), name=name + ".lengths", process_set=process_set)
+    data = allgather(payload, name=name, process_set=process_set).tobytes()
+    objects, offset = [], 0
+    for n in lengths.tolist():
+        objects.append(pickle.loads(data[offset:offset + n]))
+        offset += n
+    return objects

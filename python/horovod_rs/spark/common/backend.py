@@ -1,0 +1,86 @@
+"""Where an estimator's ranks run: Horovod's ``Backend`` interface and ``SparkBackend``.
+
+``SparkBackend`` runs the ranks as one barrier stage of the active Spark session. For estimators it
+also runs them *over a DataFrame* (``run_on_dataframe``): each rank's task receives its partition
+as Arrow record batches, so nothing is written to the store first. A custom ``Backend`` (only
+``run`` and ``num_processes``) gets the data through Parquet in the store, as Horovod's does.
+"""
+
+import os
+
+import pyspark
+
+
+def default_num_proc():
+    return pyspark.SparkContext._active_spark_context.defaultParallelism
+
+
+class Backend:
+    """Interface for running the distributed training function."""
+
+    def run(self, fn, args=(), kwargs={}, env=None):
+        """Runs ``fn`` on every rank; returns the results in rank order."""
+        raise NotImplementedError()
+
+    def num_processes(self):
+        """The number of ranks."""
+        raise NotImplementedError()
+
+
+class SparkBackend(Backend):
+    """Runs the ranks as Spark barrier tasks (``horovod_rs.spark.run``).
+
+    ``num_proc`` defaults to ``spark.default.parallelism``; ``env`` is set in the ranks while they
+    run; the other keyword arguments are ``horovod_rs.spark.run``'s (``start_timeout``, ``stdout``,
+    ``stderr``, ``prefix_output_with_timestamp``, ``verbose``, ...). Unlike Horovod, the driver's
+    whole environment is not copied into the ranks (Spark's Python workers are reused across jobs);
+    only ``env`` is."""
+
+    def __init__(self, num_proc=None, env=None, **kwargs):
+        self._num_proc = num_proc or default_num_proc()
+        self._env = dict(env or {})
+        self._kwargs = kwargs
+
+    def run(self, fn, args=(), kwargs={}, env=None):
+        import horovod_rs.spark
+
+        return horovod_rs.spark.run(fn, args=args, kwargs=kwargs, num_proc=self._num_proc,
+                                    env=self._merged_env(env), **self._kwargs)
+
+    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs"):
+        """Runs ``fn(rank, batches)`` on every rank, ``batches`` iterating over the rank's partition
+        of ``df`` as Arrow record batches; returns the results in rank order."""
+        import pyarrow as pa
+
+        from horovod_rs.spark.common.job import BarrierJob
+
+        options = {k: self._kwargs[k] for k in ("start_timeout", "stdout", "stderr", "prefix_output_with_timestamp")
+                   if k in self._kwargs}
+        sc = df.sparkSession.sparkContext
+        n = self._num_proc
+        with BarrierJob(sc, n, env=self._merged_env(env), **options) as job:
+            ranks = job.ranks
+            schema = pa.schema([("rank", pa.int32()), ("ok", pa.bool_()), ("payload", pa.binary())])
+
+            def task(batches):
+                rank, ok, payload = ranks.outcome(fn, batches)
+                yield pa.RecordBatch.from_pydict({"rank": [rank], "ok": [ok], "payload": [payload]}, schema=schema)
+
+            if df.rdd.getNumPartitions() != n:
+                df = df.repartition(n)
+            frame = df.mapInArrow(task, "rank int, ok boolean, payload binary", barrier=True)
+            sc.setJobDescription("%s: %d ranks" % (description, n))
+            try:
+                return job.results(job.collect(frame))
+            finally:
+                sc.setJobDescription(None)
+
+    def _merged_env(self, env):
+        merged = dict(self._env)
+        merged.update(env or {})
+        # The ranks must see their GPUs (a driver may hide them from TensorFlow, see TF issue 33168).
+        merged.pop("CUDA_VISIBLE_DEVICES", None)
+        return merged
+
+    def num_processes(self):
+        return self._num_proc

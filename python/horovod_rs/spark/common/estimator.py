@@ -1,0 +1,313 @@
+"""The estimator and model every framework shares: what ``fit`` does on the driver, how the data
+reaches the ranks, how ``transform`` predicts in the executors, and how models are saved.
+
+``fit(df)``: checks the params and columns on the driver (a missing column or a model that does
+not match the feature columns fails before any job), selects the columns the model needs
+(vectors as float arrays), and runs the framework's training function on every rank over the
+rank's partition as Arrow batches (``SparkBackend.run_on_dataframe``). A custom ``Backend`` gets
+the data through Parquet in the store (``prepare_data``), as Horovod's does. Rank 0's result
+becomes the framework's Model.
+
+``transform(df)``: one pass of ``mapInArrow``: each task loads the model once (and keeps it while
+its Python worker lives), predicts batch by batch, and appends one column per model output
+(a vector for outputs wider than one value).
+"""
+
+import hashlib
+import time
+
+import cloudpickle
+import numpy as np
+from pyspark.ml import Estimator, Model
+from pyspark.ml.util import MLReadable, MLWritable
+
+from horovod_rs.spark.common import remote, serialization
+from horovod_rs.spark.common.backend import SparkBackend
+from horovod_rs.spark.common.columns import plan_columns, spark_output_type, to_numpy
+from horovod_rs.spark.common.params import EstimatorParams, ModelParams
+from horovod_rs.spark.common.remote import VALIDATION_COLUMN, DataSpec
+
+# Rows a transform task predicts at once.
+PREDICT_BATCH_ROWS = 4096
+
+
+class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
+    """Fits a model on a DataFrame across Spark executors (framework-specific subclasses)."""
+
+    # -- what a framework provides -------------------------------------------------------------
+    run_id_prefix = "horovod"
+    float_type = "float"  # how floating columns reach the ranks ("double" for float64 models)
+
+    def _check_model(self):
+        """Raises when the model, loss or optimizer cannot train on the columns (driver side)."""
+
+    def _remote_trainer(self, run_id, data_spec, resume):
+        """A picklable ``train(rank, batches, share_loader)`` run on every rank; rank 0 returns what
+        ``_create_model`` takes."""
+        raise NotImplementedError()
+
+    def _read_resume(self, run_id):
+        """What the framework needs to resume ``run_id`` from the store (None: start afresh)."""
+        from horovod_rs.spark.common.checkpoint import read_state
+
+        return read_state(self.getStore(), run_id)
+
+    def _create_model(self, result, run_id, infos):
+        raise NotImplementedError()
+
+    def _backend_env(self):
+        """Environment variables the ranks get while they train."""
+        return {}
+
+    # -- Horovod's Estimator API ---------------------------------------------------------------
+    def fit(self, df, params=None):
+        """Trains on ``df``; returns the framework's Model (a Spark ML Transformer)."""
+        return super().fit(df, params)
+
+    def fit_on_parquet(self, params=None, dataset_idx=None):
+        """Trains on the Parquet data ``prepare_data`` wrote to the store (``dataset_idx``)."""
+        estimator = self.copy(params) if params else self
+        return estimator._fit_on_parquet(dataset_idx)
+
+    def _get_or_create_backend(self):
+        backend = self.getBackend()
+        if backend is None:
+            return SparkBackend(self.getNumProc(), verbose=self.getVerbose())
+        if self.getNumProc() is not None:
+            raise ValueError('At most one of parameters "backend" and "num_proc" may be specified')
+        return backend
+
+    def _has_checkpoint(self, run_id):
+        return self._read_resume(run_id) is not None
+
+    def _check_params(self):
+        if self.getModel() is None:
+            raise ValueError("Model parameter is required")
+        if not self.getFeatureCols():
+            raise ValueError("feature_cols is required: the columns that feed the model's inputs, in order")
+        if not self.getLabelCols():
+            raise ValueError("label_cols is required: the columns the model's outputs learn, in order")
+        validation = self.getValidation()
+        if validation is not None and not isinstance(validation, str):
+            if not isinstance(validation, (int, float)) or not 0 <= float(validation) < 1:
+                raise ValueError("validation must be a column name or a fraction in [0, 1), not %r" % (validation,))
+        weights = self.getLossWeights()
+        if weights is not None and len(weights) != len(self.getLabelCols()):
+            raise ValueError("loss_weights has %d values for %d label columns" % (len(weights),
+                                                                                  len(self.getLabelCols())))
+        if self.getBatchSize() < 1 or self.getEpochs() < 1:
+            raise ValueError("batch_size and epochs must be at least 1")
+        self._check_model()
+
+    def _data_spec(self):
+        validation = self.getValidation()
+        validation_col = validation if isinstance(validation, str) else \
+            VALIDATION_COLUMN if validation else None
+        return DataSpec(self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(), validation_col,
+                        self.getTransformationFn())
+
+    def _fit(self, df):
+        self._check_params()
+        backend = self._get_or_create_backend()
+        spec = self._data_spec()
+        used = spec.columns + ([spec.validation_col] if spec.validation_col not in (None, VALIDATION_COLUMN) else [])
+        expressions, infos = plan_columns(df, used, self.float_type)
+        if spec.validation_col == VALIDATION_COLUMN:
+            from pyspark.sql import functions as F
+
+            seed = self.getRandomSeed()
+            expressions.append((F.rand(seed if seed is not None else 0) < float(self.getValidation()))
+                               .alias(VALIDATION_COLUMN))
+        prepared = df.select(*expressions)
+        run_id, resume = self._run()
+        if hasattr(backend, "run_on_dataframe"):
+            trainer = self._remote_trainer(run_id, spec, resume)
+            results = backend.run_on_dataframe(trainer, prepared, env=self._backend_env(),
+                                               description="%s.fit" % type(self).__name__)
+        else:
+            from horovod_rs.spark.common.util import prepare_data
+
+            with prepare_data(backend.num_processes(), self.getStore(), prepared, spec.label_cols, spec.feature_cols,
+                              validation=spec.validation_col, sample_weight_col=spec.sample_weight_col,
+                              partitions_per_process=self.getPartitionsPerProcess()) as dataset_idx:
+                results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx)
+        return self._create_model(results[0], run_id, infos)
+
+    def _run(self):
+        """This fit's run id (given, or new) and what it resumes from (None: a new run)."""
+        run_id = self.getRunId() or "%s_%d" % (self.run_id_prefix, int(time.time()))
+        resume = self._read_resume(run_id)
+        if resume is not None and self.getVerbose():
+            print("horovod_rs: resuming run %s after epoch %d" % (run_id, resume[0]["epochs_done"]))
+        return run_id, resume
+
+    def _fit_on_parquet(self, dataset_idx):
+        from horovod_rs.spark.common.util import parquet_column_infos
+
+        self._check_params()
+        backend = self._get_or_create_backend()
+        spec = self._data_spec()
+        infos = parquet_column_infos(self.getStore(), dataset_idx, spec.columns)
+        run_id, resume = self._run()
+        results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx)
+        return self._create_model(results[0], run_id, infos)
+
+    def _run_on_parquet(self, backend, spec, run_id, resume, dataset_idx):
+        """Every rank reads its rows of the prepared Parquet data in the store, then trains."""
+        import copy
+
+        from horovod_rs.spark.common.parquet import rank_batches
+
+        store = self.getStore()
+        spec = copy.copy(spec)
+        has_validation = spec.validation_col is not None or store.is_parquet_dataset(
+            store.get_val_data_path(dataset_idx))
+        # The validation rows come from their own files; rank_batches marks them.
+        spec.validation_col = VALIDATION_COLUMN if has_validation else None
+        trainer = self._remote_trainer(run_id, spec, resume)
+        train_path, val_path = store.get_train_data_path(dataset_idx), store.get_val_data_path(dataset_idx)
+        columns = spec.columns
+
+        def run():
+            import itertools
+
+            from horovod_rs.common import basics
+
+            basics.init()
+            rank, size = basics.rank(), basics.size()
+            batches = rank_batches(store, train_path, rank, size, columns, mark=False if has_validation else None)
+            if has_validation:
+                batches = itertools.chain(batches, rank_batches(store, val_path, rank, size, columns, mark=True))
+            return trainer(rank, batches)
+
+        return backend.run(run, env=self._backend_env())
+
+    # -- persistence ---------------------------------------------------------------------------
+    def write(self):
+        return serialization.ParamsWriter(self)
+
+    @classmethod
+    def read(cls):
+        return serialization.ParamsReader(cls)
+
+
+class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
+    """A trained model; ``transform`` appends one prediction column per model output."""
+
+    float_type = "float"
+
+    def _predictor_factory(self):
+        """A picklable function returning ``predict(inputs: list of arrays) -> list of arrays``,
+        called once per task in the executors."""
+        raise NotImplementedError()
+
+    def _output_widths(self, sample_inputs):
+        """Values per row of each model output (default: predict a sample and look)."""
+        predict = self._predictor_factory()()
+        return [int(np.prod(out.shape[1:])) for out in predict(sample_inputs)]
+
+    def transform(self, df, params=None):
+        """Predicts on ``df``: output columns default to ``<label>__output`` (``setOutputCols``)."""
+        return super().transform(df, params)
+
+    def _transform(self, df):
+        import pyarrow as pa
+        from pyspark.ml.functions import array_to_vector
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        features = list(self.getFeatureColumns())
+        labels = list(self.getLabelColumns())
+        outputs = list(self.getOutputCols() or [label + "__output" for label in labels])
+        infos = self._get_metadata() or {}
+        existing = [c for c in outputs if c in df.columns]
+        if existing:
+            raise ValueError("output columns %s already exist in the DataFrame; choose others with setOutputCols"
+                             % existing)
+        expressions, _ = plan_columns(df, features, self.float_type)
+        hidden = ["__horovod_rs_input_%d" % i for i in range(len(features))]
+        frame = df.select("*", *[e.alias(h) for e, h in zip(expressions, hidden)])
+        widths = self._output_widths(_sample_inputs(frame, hidden))
+        if len(widths) != len(outputs):
+            raise ValueError("the model has %d outputs but %d output columns are named (%s)"
+                             % (len(widths), len(outputs), outputs))
+        factory = self._predictor_factory()
+        digest = hashlib.sha256(cloudpickle.dumps(factory)).hexdigest()
+        width_of = dict(zip(outputs, widths))
+        fields = list(df.schema.fields) + [
+            T.StructField(name, T.ArrayType(T.FloatType()) if width > 1 else T.FloatType()) for name, width in
+            width_of.items()]
+        schema = T.StructType(fields)
+        passed = list(df.columns)
+
+        def predict(batches):
+            model = _cached_predictor(digest, factory)
+            for batch in batches:
+                for start in range(0, batch.num_rows, PREDICT_BATCH_ROWS):
+                    part = batch.slice(start, PREDICT_BATCH_ROWS)
+                    inputs = [to_numpy(part.column(h), f) for h, f in zip(hidden, features)]
+                    results = model(inputs)
+                    columns = [part.column(c) for c in passed]
+                    for name, values in zip(outputs, results):
+                        values = np.asarray(values, dtype=np.float32).reshape(part.num_rows, -1)
+                        columns.append(_arrow_column(values, width_of[name]))
+                    yield pa.RecordBatch.from_arrays(columns, schema=pa.schema(
+                        [part.schema.field(c) for c in passed] +
+                        [pa.field(n, pa.list_(pa.float32()) if width_of[n] > 1 else pa.float32()) for n in outputs]))
+
+        result = frame.mapInArrow(predict, schema)
+        for name, label in zip(outputs, labels + [None] * len(outputs)):
+            target = spark_output_type(width_of[name], infos.get(label))
+            if width_of[name] > 1 or isinstance(target, type(_vector_type())):
+                column = F.col(name) if width_of[name] > 1 else F.array(F.col(name))
+                result = result.withColumn(name, array_to_vector(column))
+            elif isinstance(target, T.IntegralType):
+                result = result.withColumn(name, F.round(F.col(name)).cast(target))
+            elif not isinstance(target, T.FloatType):
+                result = result.withColumn(name, F.col(name).cast(target))
+        return result
+
+    def write(self):
+        return serialization.ParamsWriter(self)
+
+    @classmethod
+    def read(cls):
+        return serialization.ParamsReader(cls)
+
+
+def _vector_type():
+    from pyspark.ml.linalg import VectorUDT
+
+    return VectorUDT()
+
+
+def _arrow_column(values, width):
+    import pyarrow as pa
+
+    if width == 1:
+        return pa.array(values.reshape(-1), type=pa.float32())
+    offsets = pa.array(np.arange(0, values.size + 1, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=pa.float32()))
+
+
+def _sample_inputs(frame, hidden):
+    """One row of the converted feature columns, as the predictor's inputs (to learn its outputs)."""
+    rows = frame.select(*hidden).limit(1).toArrow() if hasattr(frame, "toArrow") else None
+    if rows is None:
+        import pyarrow as pa
+
+        rows = pa.Table.from_pandas(frame.select(*hidden).limit(1).toPandas())
+    if rows.num_rows == 0:
+        raise ValueError("transform needs at least one row to learn the model's output shapes; the DataFrame is empty")
+    return [to_numpy(rows.column(h), h) for h in hidden]
+
+
+# The executors' models, by digest: a reused Python worker loads a model once, not once per task.
+_PREDICTORS = {}
+
+
+def _cached_predictor(digest, factory):
+    if digest not in _PREDICTORS:
+        _PREDICTORS.clear()  # one model at a time per worker
+        _PREDICTORS[digest] = factory()
+    return _PREDICTORS[digest]

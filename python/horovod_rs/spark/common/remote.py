@@ -1,0 +1,137 @@
+"""What every estimator's ranks do with their data before training: load their share (Arrow
+batches from Spark, or Parquet from the store), split off the validation rows, agree on the
+totals, and lend rows to ranks that have none (a DataFrame with fewer partitions or rows than
+ranks still trains). Framework-neutral: the collectives run on numpy through the engine.
+"""
+
+import math
+
+from horovod_rs.common import arrays
+from horovod_rs.spark.common.data import RankData, memory_budget
+
+# The column that marks validation rows when ``validation`` is a fraction (drawn on the driver).
+VALIDATION_COLUMN = "__horovod_rs_validation"
+
+
+class DataSpec:
+    """Which columns a rank trains on (built on the driver, shipped to the ranks)."""
+
+    def __init__(self, feature_cols, label_cols, sample_weight_col=None, validation_col=None,
+                 transformation_fn=None):
+        self.feature_cols, self.label_cols = list(feature_cols), list(label_cols)
+        self.sample_weight_col, self.validation_col = sample_weight_col, validation_col
+        self.transformation_fn = transformation_fn
+
+    @property
+    def columns(self):
+        """The columns a batch carries into training."""
+        extra = [self.sample_weight_col] if self.sample_weight_col else []
+        return list(dict.fromkeys(self.feature_cols + self.label_cols + extra))
+
+
+class RankShare:
+    """A rank's training and validation rows, and the totals over all ranks."""
+
+    def __init__(self, train, val, train_rows, val_rows):
+        self.train, self.val = train, val
+        self.train_rows, self.val_rows = train_rows, val_rows
+
+    def close(self):
+        self.train.close()
+        if self.val is not None:
+            self.val.close()
+
+
+def load_share(batches, spec, local_size, lend_rows):
+    """Reads ``batches`` (Arrow record batches) into this rank's share, then agrees with the other
+    ranks: every rank ends with at least one training row (and validation row, when there is
+    validation) or the job fails with a message saying there are none at all."""
+    import pyarrow.compute as pc
+
+    budget = memory_budget(local_size)
+    has_validation = spec.validation_col is not None
+    train = RankData(spec.columns, budget if not has_validation else budget * 3 // 4)
+    val = RankData(spec.columns, budget // 4) if has_validation else None
+    for batch in batches:
+        if spec.transformation_fn is not None:
+            batch = _transformed(batch, spec.transformation_fn)
+        if not has_validation:
+            train.add(batch)
+            continue
+        mask = _validation_mask(batch.column(spec.validation_col), spec.validation_col)
+        val.add(batch.filter(mask))
+        train.add(batch.filter(pc.invert(mask)))
+    train.finish()
+    if val is not None:
+        val.finish()
+    counts = arrays.allgather(_counts(train, val), name="horovod_rs.data.rows")
+    train_rows, val_rows = int(counts[:, 0].sum()), int(counts[:, 1].sum())
+    if train_rows == 0:
+        raise ValueError("the DataFrame has no training rows%s" % (" (every row is a validation row)"
+                                                                  if val_rows else ""))
+    if has_validation and val_rows == 0:
+        raise ValueError("validation selects no rows: column '%s' is false or zero on every row"
+                         % spec.validation_col if spec.validation_col != VALIDATION_COLUMN
+                         else "the validation fraction selected no rows; raise it or drop validation")
+    _lend(train, counts[:, 0], lend_rows, "train")
+    if val is not None:
+        _lend(val, counts[:, 1], lend_rows, "val")
+    return RankShare(train, val, train_rows, val_rows)
+
+
+def _counts(train, val):
+    import numpy as np
+
+    return np.array([[train.rows, val.rows if val is not None else 0]], dtype=np.int64)
+
+
+def _lend(data, counts, rows, split):
+    """Ranks with rows lend up to ``rows`` of them to ranks with none (only when some have none)."""
+    if counts.min() > 0:
+        return
+    import pyarrow as pa
+
+    offer = _ipc_bytes(data.take(rows)) if data.rows else b""
+    offers = arrays.allgather_object(offer, name="horovod_rs.data.lend." + split)
+    if data.rows == 0:
+        tables = [pa.ipc.open_stream(o).read_all() for o in offers if o]
+        data.adopt(pa.concat_tables(tables))
+
+
+def _ipc_bytes(table):
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _validation_mask(column, name):
+    """True on validation rows: a boolean column as is, a numeric one where non-zero."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.null_count:
+        raise ValueError("validation column '%s' has %d null values" % (name, column.null_count))
+    if pa.types.is_boolean(column.type):
+        return column
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        return pc.not_equal(column, 0)
+    raise ValueError("validation column '%s' has type %s: it must be boolean or numeric (non-zero: validation)"
+                     % (name, column.type))
+
+
+def _transformed(batch, fn):
+    """``transformation_fn`` on one batch of rows, as a pandas DataFrame."""
+    import pyarrow as pa
+
+    result = fn(batch.to_pandas())
+    return pa.RecordBatch.from_pandas(result, preserve_index=False)
+
+
+def steps(rows, batch_size, size, rounding):
+    """Steps per epoch for ``rows`` rows over ``size`` ranks: ``ceil`` (Keras) or ``floor`` (Torch,
+    at least one)."""
+    per_rank = rows / batch_size / size
+    return int(math.ceil(per_rank)) if rounding == "ceil" else max(1, int(math.floor(per_rank)))

@@ -1,0 +1,99 @@
+"""Horovod's ``horovod.spark.common.util``: Databricks detection and ``prepare_data``, which
+writes a DataFrame's training and validation rows to the store as Parquet once, for
+``fit_on_parquet`` and for backends that cannot take the rows from Spark directly."""
+
+import contextlib
+import os
+import threading
+
+_cache_lock = threading.Lock()
+_cache = {}  # (DataFrame plan, store prefix, validation) -> dataset index
+_next_index = [0]
+
+
+def is_databricks():
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+@contextlib.contextmanager
+def prepare_data(num_processes, store, df, label_columns, feature_columns, validation=None,
+                 sample_weight_col=None, compress_sparse=False, partitions_per_process=10, verbose=0):
+    """Writes ``df``'s feature, label and weight columns to the store as Parquet, split into
+    training and validation rows (``validation``: a column name or a fraction), and yields the
+    dataset index to pass to ``fit_on_parquet``. The same DataFrame and settings reuse the files
+    written before (within this driver). Vectors are written as float arrays."""
+    from pyspark.sql import functions as F
+
+    from horovod_rs.spark.common.columns import plan_columns
+    from horovod_rs.spark.common.remote import VALIDATION_COLUMN
+
+    columns = list(dict.fromkeys(list(feature_columns) + list(label_columns) +
+                                 ([sample_weight_col] if sample_weight_col else [])))
+    validation_col = validation if isinstance(validation, str) else None
+    expressions, _ = plan_columns(df, columns + ([validation_col] if validation_col and validation_col !=
+                                                 VALIDATION_COLUMN else []))
+    if validation_col == VALIDATION_COLUMN:
+        expressions.append(F.col(VALIDATION_COLUMN))
+    frame = df.select(*expressions)
+    key = (frame.semanticHash() if hasattr(frame, "semanticHash") else id(df), store.prefix_path, repr(validation))
+    with _cache_lock:
+        index = _cache.get(key)
+        if index is None:
+            index = _next_index[0]
+            _next_index[0] += 1
+            _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process,
+                   verbose)
+            _cache[key] = index
+    yield index
+
+
+def _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process, verbose):
+    from pyspark.sql import functions as F
+
+    partitions = max(1, num_processes * partitions_per_process)
+    if validation_col:
+        mask = F.col("`%s`" % validation_col).cast("boolean")
+        train, val = frame.filter(~mask), frame.filter(mask)
+    elif validation:
+        train, val = frame.randomSplit([1 - float(validation), float(validation)], seed=0)
+    else:
+        train, val = frame, None
+    train_path, val_path = store.get_train_data_path(index), store.get_val_data_path(index)
+    if verbose:
+        print("horovod_rs: writing training data to %s" % train_path)
+    train.select(*columns).repartition(partitions).write.mode("overwrite").parquet(train_path)
+    if val is not None:
+        val.select(*columns).repartition(max(1, partitions // 10)).write.mode("overwrite").parquet(val_path)
+
+
+def clear_training_cache():
+    """Forgets the datasets ``prepare_data`` wrote (the files stay in the store)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def parquet_column_infos(store, dataset_idx, columns):
+    """The ``ColumnInfo`` of each column of a prepared dataset (from its Parquet schema)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from horovod_rs.spark.common.columns import ARRAY, SCALAR, ColumnInfo
+
+    path = store.get_localized_path(store.get_train_data_path(dataset_idx))
+    files = [f for f in sorted(store.fs.find(path)) if f.endswith(".parquet")]
+    if not files:
+        raise ValueError("no prepared training data at %s (run prepare_data first, with this dataset index)"
+                         % store.get_train_data_path(dataset_idx))
+    with store.fs.open(files[0], "rb") as f:
+        schema = pq.ParquetFile(f).schema_arrow
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise ValueError("columns %s are not in the prepared data at %s (it has %s)"
+                         % (missing, store.get_train_data_path(dataset_idx), schema.names))
+    infos = {}
+    for c in columns:
+        t = schema.field(c).type
+        kind = ARRAY if pa.types.is_list(t) or pa.types.is_large_list(t) else SCALAR
+        spark_type = {"int32": "int", "int64": "bigint", "double": "double", "bool": "boolean"}.get(str(t), "float")
+        infos[c] = ColumnInfo(c, kind, spark_type)
+    return infos

@@ -1,0 +1,279 @@
+"""What each rank of a KerasEstimator fit runs: join the job (done by the task), load its share of
+the rows, build and compile the model with horovod_rs's DistributedOptimizer, and ``model.fit`` on
+endless batch streams with the same steps per epoch on every rank. Rank 0 checkpoints every epoch
+to the store (and TensorBoard logs), and returns the history and the final model.
+
+As Horovod's: the learning rate is multiplied by the number of ranks for training and divided
+back in the returned model; the initial weights are rank 0's (broadcast); metrics are averaged
+over the ranks after every epoch; the returned model is the checkpoint callback's (the best one
+with ``BestModelCheckpoint``), else the last epoch's.
+"""
+
+import io
+import os
+
+import cloudpickle
+import numpy as np
+
+from horovod_rs.spark.common import remote as common
+from horovod_rs.spark.common.checkpoint import RunWriter
+from horovod_rs.spark.keras import util
+
+CHECKPOINT_EXTENSION = ".npz"
+
+
+def make_trainer(settings):
+    """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by KerasEstimator."""
+
+    def train(rank, batches):
+        return _train(settings, rank, batches)
+
+    return train
+
+
+def _train(s, rank, batches):
+    import tensorflow as tf
+
+    import horovod_rs.tensorflow.keras as hvd
+
+    k = tf.keras
+    _limit_threads(tf)
+    if s["floatx"]:
+        k.backend.set_floatx(s["floatx"])
+    verbose = s["verbose"] if rank == 0 else 0
+    _pin_gpu(tf, s["use_gpu"], verbose)
+    if s["random_seed"] is not None:
+        k.utils.set_random_seed(s["random_seed"])
+    size = hvd.size()
+
+    custom_objects = cloudpickle.loads(s["custom_objects"])
+    model = util.deserialize_model(s["model"], custom_objects, compile=False)
+    _check_shapes(model, s["data"])
+    share = common.load_share(batches, s["data"], hvd.local_size(), lend_rows=s["batch_size"])
+    try:
+        return _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose)
+    finally:
+        share.close()
+
+
+def _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose):
+    spec = s["data"]
+    optimizer = util.deserialize_optimizer(s["optimizer"], custom_objects)
+    base_lr = _learning_rate(optimizer)
+    if base_lr is not None:
+        optimizer.learning_rate = base_lr * size
+    distributed_args = {"backward_passes_per_step": s["backward_passes_per_step"]}
+    if s["gradient_compression"] is not None:
+        distributed_args["compression"] = cloudpickle.loads(s["gradient_compression"])
+    distributed = hvd.DistributedOptimizer(optimizer, **distributed_args)
+    model.compile(optimizer=distributed, loss=util.restore(s["loss"], custom_objects),
+                  loss_weights=s["loss_weights"], metrics=util.restore(s["metrics"], custom_objects))
+
+    epochs_done, history = 0, {}
+    resume = s["resume"]
+    if resume is not None:
+        state, data = resume
+        epochs_done, history = state["epochs_done"], state["history"]
+        _restore(model, distributed, data)
+        if base_lr is not None:  # the checkpoint holds the run's unscaled rate
+            distributed.learning_rate = state["extra"]["learning_rate"] * size
+
+    steps = s["train_steps_per_epoch"] or common.steps(share.train_rows, s["batch_size"], size, "ceil")
+    val_batch = s["val_batch_size"] or s["batch_size"]
+    val_steps = (s["validation_steps_per_epoch"] or common.steps(share.val_rows, val_batch, size, "ceil")) \
+        if share.val is not None else None
+    seed = None if s["random_seed"] is None else s["random_seed"] + rank
+    train_stream = _keras_batches(share.train.stream(s["batch_size"], s["shuffle"], seed, s["shuffle_buffer_size"]),
+                                  model, spec)
+    val_stream = _keras_batches(share.val.stream(val_batch, shuffle=False), model, spec) \
+        if share.val is not None else None
+
+    user_callbacks = cloudpickle.loads(s["callbacks"])
+    for callback in user_callbacks:
+        if hasattr(callback, "initial_lr") and type(callback).__module__.startswith("horovod_rs"):
+            callback.initial_lr = callback.initial_lr * size if base_lr is None else base_lr * size
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=0), hvd.callbacks.MetricAverageCallback()]
+    callbacks += user_callbacks
+    remote_store = s["store"]
+    output_dir = remote_store.get_local_output_dir if remote_store is not None else _temporary_dir()
+    with output_dir() as run_dir:
+        checkpoint_file = None
+        if rank == 0:
+            user_checkpoint = cloudpickle.loads(s["checkpoint_callback"]) if s["checkpoint_callback"] else None
+            if user_checkpoint is not None:
+                suffix = ".weights.h5" if getattr(user_checkpoint, "save_weights_only", False) else ".keras"
+                checkpoint_file = os.path.join(run_dir, "checkpoint" + suffix)
+                user_checkpoint.filepath = checkpoint_file
+                callbacks.append(user_checkpoint)
+            if remote_store is not None and remote_store.saving_runs:
+                _log_to_tensorboard(k, callbacks, os.path.join(run_dir, remote_store.logs_subdir), verbose)
+            sync = remote_store.sync if remote_store is not None and remote_store.saving_runs else None
+            callbacks.append(_RunCheckpoint(RunWriter(run_dir, sync, CHECKPOINT_EXTENSION), distributed, history,
+                                            base_lr))
+        if verbose:
+            print("horovod_rs: %d ranks, %d training rows (%d steps of %d per rank and epoch)%s"
+                  % (size, share.train_rows, steps, s["batch_size"],
+                     ", %d validation rows (%d steps of %d)" % (share.val_rows, val_steps, val_batch)
+                     if val_steps else ""))
+        fitted = model.fit(train_stream, steps_per_epoch=steps, epochs=s["epochs"], initial_epoch=epochs_done,
+                           validation_data=val_stream, validation_steps=val_steps, callbacks=callbacks,
+                           verbose=verbose, shuffle=False)  # the streams shuffle
+        if rank != 0:
+            return None
+        # _RunCheckpoint recorded each epoch's (averaged) logs into ``history``, after earlier runs'.
+        del fitted
+        if checkpoint_file is not None and os.path.exists(checkpoint_file):
+            model.load_weights(checkpoint_file)
+        return {"history": history, "model": _final_model_bytes(model, optimizer, distributed, base_lr, s,
+                                                                custom_objects),
+                "size": size}
+
+
+def _log_to_tensorboard(k, callbacks, logs_dir, verbose):
+    """Rank 0's TensorBoard events go to the run's logs (the user's TensorBoard callback, or a new
+    one); without the tensorboard package there are none."""
+    import importlib.util
+
+    boards = [c for c in callbacks if isinstance(c, k.callbacks.TensorBoard)]
+    if boards:
+        boards[0].log_dir = logs_dir
+    elif importlib.util.find_spec("tensorboard") is not None:
+        callbacks.append(k.callbacks.TensorBoard(logs_dir))
+    elif verbose:
+        print("horovod_rs: no TensorBoard logs in the store (pip install tensorboard to have them)")
+
+
+class _RunCheckpoint:
+    """Rank 0, after every epoch: weights and optimizer state to the run's next checkpoint slot,
+    then the run's state (epochs done, history) to the store."""
+
+    def __new__(cls, *args, **kwargs):
+        import tensorflow as tf
+
+        class RunCheckpoint(tf.keras.callbacks.Callback):
+            def __init__(self, writer, optimizer, history, base_lr):
+                super().__init__()
+                self.writer, self.optimizer, self.history, self.base_lr = writer, optimizer, history, base_lr
+
+            def on_epoch_end(self, epoch, logs=None):
+                for key, value in (logs or {}).items():
+                    if np.ndim(value) == 0:
+                        self.history.setdefault(key, []).append(float(value))
+                arrays = {"w%d" % i: np.asarray(w) for i, w in enumerate(self.model.get_weights())}
+                arrays.update({"o%d" % i: np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
+                np.savez(self.writer.next_path(), **arrays)
+                self.writer.commit(epoch + 1, self.history, {"learning_rate": self.base_lr})
+
+        return RunCheckpoint(*args, **kwargs)
+
+
+def _restore(model, optimizer, data):
+    """Weights and optimizer state from a ``_RunCheckpoint`` file."""
+    arrays = np.load(io.BytesIO(data), allow_pickle=False)
+    weights = [arrays["w%d" % i] for i in range(len(model.weights))]
+    model.set_weights(weights)
+    optimizer.build(model.trainable_variables)
+    for i, variable in enumerate(optimizer.variables):
+        if "o%d" % i in arrays:
+            variable.assign(arrays["o%d" % i])
+
+
+def _final_model_bytes(model, optimizer, distributed, base_lr, s, custom_objects):
+    """The trained model compiled with the user's own optimizer class (not the distributed wrapper),
+    its state copied and its learning rate divided back by the number of ranks."""
+    plain = util.deserialize_optimizer(s["optimizer"], custom_objects)
+    model.compile(optimizer=plain, loss=util.restore(s["loss"], custom_objects), loss_weights=s["loss_weights"],
+                  metrics=util.restore(s["metrics"], custom_objects))
+    plain.build(model.trainable_variables)
+    for target, source in zip(plain.variables, distributed.variables):
+        target.assign(source)
+    if base_lr is not None:
+        plain.learning_rate = base_lr
+    return util.serialize_model(model)
+
+
+def _learning_rate(optimizer):
+    """The optimizer's learning rate as a float, or None when it is a schedule."""
+    import tensorflow as tf
+
+    rate = optimizer.learning_rate
+    if isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule) or callable(rate):
+        return None
+    return float(np.asarray(rate))
+
+
+def _keras_batches(stream, model, spec):
+    """Numpy batches in the structure ``model.fit`` takes: inputs in ``feature_cols`` order, labels
+    in ``label_cols`` order, each reshaped to its model input's or output's shape."""
+    inputs = [tuple(-1 if d is None else d for d in t.shape) for t in model.inputs]
+    outputs = [tuple(-1 if d is None else d for d in t.shape) for t in model.outputs]
+    for batch in stream:
+        x = [_reshape(batch[c], shape, c) for c, shape in zip(spec.feature_cols, inputs)]
+        y = [_reshape(batch[c], shape, c) for c, shape in zip(spec.label_cols, outputs)]
+        x = x[0] if len(x) == 1 else tuple(x)
+        y = y[0] if len(y) == 1 else tuple(y)
+        if spec.sample_weight_col:
+            yield x, y, batch[spec.sample_weight_col].reshape(-1)
+        else:
+            yield x, y
+
+
+def _reshape(values, shape, column):
+    """``values`` (one column's rows) in the model input's or output's shape (rows first)."""
+    trailing = tuple(shape[1:])
+    if -1 in trailing:
+        return values if trailing.count(-1) > 1 else values.reshape((values.shape[0],) + trailing)
+    if int(np.prod(trailing)) != int(np.prod(values.shape[1:])):
+        raise ValueError("column '%s' has %d values per row but the model's matching input or output takes "
+                         "shape %s" % (column, int(np.prod(values.shape[1:])), trailing))
+    return values.reshape((values.shape[0],) + trailing)
+
+
+def _check_shapes(model, spec):
+    if len(model.inputs) != len(spec.feature_cols):
+        raise ValueError("the model has %d inputs but %d feature columns are given (%s)"
+                         % (len(model.inputs), len(spec.feature_cols), spec.feature_cols))
+    if len(model.outputs) != len(spec.label_cols):
+        raise ValueError("the model has %d outputs but %d label columns are given (%s)"
+                         % (len(model.outputs), len(spec.label_cols), spec.label_cols))
+
+
+def _limit_threads(tf):
+    """TensorFlow uses the task's cores (Spark's OMP_NUM_THREADS), not the whole host's."""
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    if threads > 0:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(max(1, threads))
+        except RuntimeError:
+            pass  # TensorFlow already started in this (reused) worker
+
+
+def _pin_gpu(tf, use_gpu, verbose):
+    """One GPU per rank: the one Spark assigned to the task, else none (as Horovod's estimators)."""
+    from horovod_rs.spark.task import get_available_devices
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not use_gpu or not gpus:
+        if use_gpu and verbose:
+            print("horovod_rs: no GPU visible to this rank (use_gpu=True): training on the CPU")
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        return
+    assigned = get_available_devices()
+    index = int(assigned[0]) if assigned else 0
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    tf.config.set_visible_devices(gpus[index], "GPU")
+
+
+def _temporary_dir():
+    import contextlib
+    import tempfile
+
+    @contextlib.contextmanager
+    def directory():
+        with tempfile.TemporaryDirectory(prefix="horovod_rs-run-") as tmp:
+            yield tmp
+
+    return directory
