@@ -135,3 +135,14 @@ def steps(rows, batch_size, size, rounding):
     at least one)."""
     per_rank = rows / batch_size / size
     return int(math.ceil(per_rank)) if rounding == "ceil" else max(1, int(math.floor(per_rank)))
+
+
+def received(what, load):
+    """``load()`` (unpickling something the user gave the estimator), with a message naming
+    ``what`` when the executors cannot load it (typically: defined in a module they lack)."""
+    try:
+        return load()
+    except Exception as e:
+        raise ValueError("%s could not be loaded on the executors (%s: %s); what the estimator gets must be "
+                         "defined in the driver's script or in a module the executors can import (ship it with "
+                         "--py-files or SparkContext.addPyFile)" % (what, type(e).__name__, e)) from e

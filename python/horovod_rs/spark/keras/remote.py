@@ -46,28 +46,42 @@ def _train(s, rank, batches):
         k.utils.set_random_seed(s["random_seed"])
     size = hvd.size()
 
-    custom_objects = cloudpickle.loads(s["custom_objects"])
-    model = util.deserialize_model(s["model"], custom_objects, compile=False)
+    custom_objects = common.received("custom_objects", lambda: cloudpickle.loads(s["custom_objects"]))
+    user = _user_objects(s, custom_objects)
+    model = common.received("the model", lambda: util.deserialize_model(s["model"], custom_objects, compile=False))
     _check_shapes(model, s["data"])
     share = common.load_share(batches, s["data"], hvd.local_size(), lend_rows=s["batch_size"])
     try:
-        return _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose)
+        return _fit(s, rank, size, hvd, k, model, custom_objects, user, share, verbose)
     finally:
         share.close()
 
 
-def _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose):
+def _user_objects(s, custom_objects):
+    """The user's losses, metrics, callbacks and compression, unpickled (naming any that fail)."""
+    load = common.received
+    return {
+        "loss": load("loss", lambda: util.restore(s["loss"], custom_objects)),
+        "metrics": load("metrics", lambda: util.restore(s["metrics"], custom_objects)),
+        "callbacks": load("callbacks", lambda: cloudpickle.loads(s["callbacks"])),
+        "checkpoint_callback": load("checkpoint_callback", lambda: cloudpickle.loads(s["checkpoint_callback"]))
+        if s["checkpoint_callback"] else None,
+        "compression": load("gradient_compression", lambda: cloudpickle.loads(s["gradient_compression"]))
+        if s["gradient_compression"] else None,
+    }
+
+
+def _fit(s, rank, size, hvd, k, model, custom_objects, user, share, verbose):
     spec = s["data"]
     optimizer = util.deserialize_optimizer(s["optimizer"], custom_objects)
     base_lr = _learning_rate(optimizer)
     if base_lr is not None:
         optimizer.learning_rate = base_lr * size
     distributed_args = {"backward_passes_per_step": s["backward_passes_per_step"]}
-    if s["gradient_compression"] is not None:
-        distributed_args["compression"] = cloudpickle.loads(s["gradient_compression"])
+    if user["compression"] is not None:
+        distributed_args["compression"] = user["compression"]
     distributed = hvd.DistributedOptimizer(optimizer, **distributed_args)
-    model.compile(optimizer=distributed, loss=util.restore(s["loss"], custom_objects),
-                  loss_weights=s["loss_weights"], metrics=util.restore(s["metrics"], custom_objects))
+    model.compile(optimizer=distributed, loss=user["loss"], loss_weights=s["loss_weights"], metrics=user["metrics"])
 
     epochs_done, history = 0, {}
     resume = s["resume"]
@@ -88,7 +102,7 @@ def _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose):
     val_stream = _keras_batches(share.val.stream(val_batch, shuffle=False), model, spec) \
         if share.val is not None else None
 
-    user_callbacks = cloudpickle.loads(s["callbacks"])
+    user_callbacks = user["callbacks"]
     for callback in user_callbacks:
         if hasattr(callback, "initial_lr") and type(callback).__module__.startswith("horovod_rs"):
             callback.initial_lr = callback.initial_lr * size if base_lr is None else base_lr * size
@@ -99,7 +113,7 @@ def _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose):
     with output_dir() as run_dir:
         checkpoint_file = None
         if rank == 0:
-            user_checkpoint = cloudpickle.loads(s["checkpoint_callback"]) if s["checkpoint_callback"] else None
+            user_checkpoint = user["checkpoint_callback"]
             if user_checkpoint is not None:
                 suffix = ".weights.h5" if getattr(user_checkpoint, "save_weights_only", False) else ".keras"
                 checkpoint_file = os.path.join(run_dir, "checkpoint" + suffix)
@@ -124,8 +138,7 @@ def _fit(s, rank, size, hvd, k, model, custom_objects, share, verbose):
         del fitted
         if checkpoint_file is not None and os.path.exists(checkpoint_file):
             model.load_weights(checkpoint_file)
-        return {"history": history, "model": _final_model_bytes(model, optimizer, distributed, base_lr, s,
-                                                                custom_objects),
+        return {"history": history, "model": _final_model_bytes(model, distributed, base_lr, s, custom_objects),
                 "size": size}
 
 
@@ -160,7 +173,7 @@ class _RunCheckpoint:
                     if np.ndim(value) == 0:
                         self.history.setdefault(key, []).append(float(value))
                 arrays = {"w%d" % i: np.asarray(w) for i, w in enumerate(self.model.get_weights())}
-                arrays.update({"o%d" % i: np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
+                arrays.update({"o%d" % i: v.numpy() for i, v in enumerate(self.optimizer.variables)})
                 np.savez(self.writer.next_path(), **arrays)
                 self.writer.commit(epoch + 1, self.history, {"learning_rate": self.base_lr})
 
@@ -178,7 +191,7 @@ def _restore(model, optimizer, data):
             variable.assign(arrays["o%d" % i])
 
 
-def _final_model_bytes(model, optimizer, distributed, base_lr, s, custom_objects):
+def _final_model_bytes(model, distributed, base_lr, s, custom_objects):
     """The trained model compiled with the user's own optimizer class (not the distributed wrapper),
     its state copied and its learning rate divided back by the number of ranks."""
     plain = util.deserialize_optimizer(s["optimizer"], custom_objects)
@@ -199,7 +212,7 @@ def _learning_rate(optimizer):
     rate = optimizer.learning_rate
     if isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule) or callable(rate):
         return None
-    return float(np.asarray(rate))
+    return float(rate.numpy() if hasattr(rate, "numpy") else rate)
 
 
 def _keras_batches(stream, model, spec):
