@@ -115,12 +115,14 @@ scala-example: jar
 # The PySpark user's path: horovod_rs.spark.ml wraps the JVM estimator, and
 # horovod_rs.spark.run runs functions in the Python workers (PYSPARK_PYTHON is
 # the project environment, where horovod_rs is installed).
-pyspark-test: jar $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch
-	HOROVOD_RS_JAR=$(abspath $(JAR)) $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
+# The Python estimators (KerasEstimator, ...) train in the same Python workers.
+pyspark-test: jar $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
+	HOROVOD_RS_JAR=$(abspath $(JAR)) TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
 
+# pyarrow, pandas and fsspec: what the Python estimators need besides pyspark (the `spark` extra).
 $(VENV)/.pytest:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q pytest numpy
+	$(VENV)/bin/pip install -q pytest numpy pyarrow pandas fsspec
 	touch $@
 
 # horovod_rs (python/): the PyO3 binding built by maturin, installed into the
@@ -136,15 +138,17 @@ $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 # itself, a Horovod-style training script (exits 1 below 90% accuracy), and the
 # tf.keras API with 2 processes.
 python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pytest
+	$(VENV)/bin/pytest -q -p no:cacheprovider python/tests_spark
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	$(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_launcher
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) examples/pytorch/train_generated.py --epochs 2 --fp16-allreduce
 	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_keras
 
+# tensorboard: the estimators write TensorBoard logs to the store when it is installed.
 $(VENV)/.tensorflow:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q tensorflow-cpu
+	$(VENV)/bin/pip install -q tensorflow-cpu tensorboard
 	touch $@
 
 ## Benchmarks ----------------------------------------------------------------
