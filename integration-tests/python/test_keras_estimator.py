@@ -172,3 +172,31 @@ def test_horovod_style_keras_mnist_script(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Test accuracy:" in result.stdout
     assert "<stdout>:Epoch 2/2" in result.stdout  # rank 0's epochs reached the driver as they ran
+
+
+class RunBackend:
+    """A user's own Backend (only Horovod's interface): it gets the data through Parquet."""
+
+    def run(self, fn, args=(), kwargs={}, env=None):
+        import horovod_rs.spark
+
+        return horovod_rs.spark.run(fn, args=args, kwargs=kwargs, num_proc=2, env=env)
+
+    def num_processes(self):
+        return 2
+
+
+def test_prepared_parquet_data_and_a_custom_backend(spark, store):
+    from horovod_rs.spark.common.util import prepare_data
+
+    df = linear_rows(spark, 2000, partitions=1)
+    with prepare_data(2, store, df, label_columns=["y"], feature_columns=["x1", "x2"], validation="isVal",
+                      partitions_per_process=1) as dataset_idx:
+        assert store.is_parquet_dataset(store.get_train_data_path(dataset_idx))
+        model = estimator(store, num_proc=None, backend=RunBackend(), validation="isVal").fit_on_parquet(
+            dataset_idx=dataset_idx)
+    assert len(model.getHistory()["val_loss"]) == 4
+    assert model.transform(df).selectExpr("avg(abs(y__output - y))").first()[0] < 0.3
+    # fit() with a backend that cannot take Arrow partitions goes through prepare_data itself.
+    model = estimator(store, num_proc=None, backend=RunBackend(), epochs=1).fit(df)
+    assert len(model.getHistory()["loss"]) == 1
