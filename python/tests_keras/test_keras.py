@@ -107,3 +107,60 @@ def test_process_sets_reduce_among_their_ranks():
     root = mine.ranks[-1]
     assert hvd.broadcast(tf.constant([R]), root_rank=root, name="k.ps.bc", process_set=mine).numpy().tolist() == [root]
     assert hvd.remove_process_set(evens) and hvd.remove_process_set(odds)
+
+
+def test_broadcast_callback_leaves_local_variables_alone():
+    root = N - 1
+    tf.keras.utils.set_random_seed(3)
+    constant = tf.keras.initializers.Constant(float(R))
+    net = tf.keras.Sequential([tf.keras.Input((3,)),
+                               tf.keras.layers.Dense(2, kernel_initializer=constant, bias_initializer=constant,
+                                                     trainable=False),
+                               tf.keras.layers.Dense(1, kernel_initializer=constant, bias_initializer=constant,
+                                                     trainable=False)])
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1)), loss="mse")
+    local = net.layers[0].variables
+    x, y = data()
+    net.fit(x[:4], y[:4], epochs=1, verbose=0,
+            callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(root, local_variables=local)])
+    for layer, expected in ((net.layers[0], R), (net.layers[1], root)):
+        for v in layer.variables:
+            assert np.all(v.numpy() == expected), (v.path, v.numpy())
+    try:
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[np.zeros(2)])
+    except ValueError as e:
+        assert "tf.Variable" in str(e)
+    else:
+        raise AssertionError("a non-variable local variable is refused")
+
+
+def test_learning_rate_callbacks_follow_the_schedule():
+    x, y = data()
+    net = model(seed=2)
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=1.0)), loss="mse")
+    lr = 0.2
+    history = net.fit(x[:16], y[:16], batch_size=4, epochs=6, verbose=0, callbacks=[
+        hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=2),
+        hvd.callbacks.LearningRateScheduleCallback(initial_lr=lr, multiplier=0.5, start_epoch=2, end_epoch=4),
+        hvd.callbacks.LearningRateScheduleCallback(initial_lr=lr, multiplier=lambda epoch: epoch / 10, start_epoch=4,
+                                                   staircase=False)])
+    # Warmup: each epoch ends on lr/N * (1 + (N-1) * (epoch+1)/2); then 0.5 ** (epoch - 2); then
+    # the last batch's fractional epoch (3 of 4 batches) over 10.
+    expected = [lr / N * (1 + (N - 1) * 0.5), lr, lr, lr * 0.5, lr * 4.75 / 10, lr * 5.75 / 10]
+    assert np.allclose(history.history["lr"], expected), history.history["lr"]
+
+
+def test_best_model_checkpoint_saves_the_best_model_where_told(tmp_path):
+    checkpoint = hvd.callbacks.BestModelCheckpoint(monitor="loss")
+    assert checkpoint.filepath is None and checkpoint.save_best_only
+    checkpoint.filepath = str(tmp_path / ("best-%d.keras" % R))
+    x, y = data()
+    net = model(seed=4)
+    net.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.05), loss="mse")
+    history = net.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[checkpoint])
+    losses = history.history["loss"]
+    assert losses == sorted(losses, reverse=True), "the last epoch is the best here"
+    saved = tf.keras.models.load_model(checkpoint.filepath)
+    assert all(np.array_equal(a, b) for a, b in zip(saved.get_weights(), net.get_weights()))
+    weights_only = hvd.callbacks.BestModelCheckpoint(save_weights_only=True, mode="min", save_freq="epoch")
+    assert weights_only.filepath is None and weights_only.save_weights_only

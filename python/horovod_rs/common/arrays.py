@@ -1,5 +1,10 @@
 """Collectives on numpy arrays: what framework bindings without their own tensor plumbing
-(tf.keras) build on. Names work as in horovod_rs.torch."""
+(TensorFlow, Keras) build on. Names work as in horovod_rs.torch.
+
+Reductions need a type the engine computes in. Collectives that only move data (broadcast,
+allgather, alltoall) take any fixed-size type: one the engine lacks travels as its bytes (a
+trailing axis of ``itemsize`` uint8), so bool, uint16 or complex tensors broadcast as Horovod's do.
+"""
 
 import numpy as np
 
@@ -7,51 +12,74 @@ from horovod_rs.common import basics
 from horovod_rs.common import process_sets
 
 _DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int32", "int64", "float16", "float32", "float64")}
+_MOVES_DATA = ("broadcast", "allgather", "alltoall")
 
 
-def _dtype_name(array):
-    try:
-        return _DTYPES[array.dtype]
-    except KeyError:
-        raise ValueError("horovod_rs cannot run collectives on arrays of type %s" % array.dtype) from None
+def engine_dtype(dtype):
+    """The engine's name for numpy ``dtype``, or None if the engine has no such type."""
+    return _DTYPES.get(np.dtype(dtype))
 
 
-def _run(kind, array, name, process_set=None, **options):
+class Submitted:
+    """A submitted collective: ``wait()`` returns its result as an array of the input's type."""
+
+    def __init__(self, work, dtype, as_bytes, shape=None):
+        # ``shape``: the result's, when the input's decides it (the engine's results are never 0-d).
+        self.work, self.dtype, self.as_bytes, self.shape = work, dtype, as_bytes, shape
+
+    def done(self):
+        return self.work.done()
+
+    def wait(self):
+        data, shape = self.work.wait(basics.DEFAULT_TIMEOUT_S)
+        if self.shape is not None:
+            shape = self.shape
+        elif self.as_bytes:
+            shape = shape[:-1]  # the trailing axis held each element's bytes
+        return np.frombuffer(data, dtype=self.dtype).reshape(shape).copy()
+
+
+def submit(kind, array, name=None, process_set=None, **options):
+    """Submits collective ``kind`` of ``array`` (named ``name``, or automatically in call order) on
+    ``process_set``'s engine; ``options`` are the engine's (op, root, prescale, splits...)."""
     engine, set_id = process_sets.engine(process_set)
-    array = np.ascontiguousarray(array)
-    work = engine.submit(kind, name or basics.next_name(kind, set_id), array.reshape(-1).view(np.uint8),
-                         _dtype_name(array), list(array.shape), **options)
-    data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
-    return np.frombuffer(data, dtype=array.dtype).reshape(shape).copy()
+    array = np.asarray(array)  # (np.ascontiguousarray would make a 0-d array 1-d)
+    dtype_name, as_bytes = engine_dtype(array.dtype), False
+    if dtype_name is None:
+        if kind not in _MOVES_DATA or array.dtype.hasobject or array.dtype.itemsize == 0:
+            raise ValueError("horovod_rs cannot run %s on tensors of type %s" % (kind, array.dtype))
+        dtype_name, as_bytes = "uint8", True
+    shape = list(array.shape) + ([array.dtype.itemsize] if as_bytes else [])
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    work = engine.submit(kind, name or basics.next_name(kind, set_id), data, dtype_name, shape, **options)
+    keeps_shape = kind in ("allreduce", "broadcast")
+    return Submitted(work, array.dtype, as_bytes, array.shape if keeps_shape else None)
+
+
+def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return submit("allreduce", array, name, process_set, op=op, prescale=prescale_factor,
+                  postscale=postscale_factor).wait()
 
 
 def allreduce_many(arrays, names, op="average", process_set=None):
     """Allreduces of several arrays, all submitted before any is waited on (so the engine can fuse
     them); the results in order."""
-    engine, _ = process_sets.engine(process_set)
-    submitted = []
-    for array, name in zip(arrays, names):
-        array = np.ascontiguousarray(array)
-        work = engine.submit("allreduce", name, array.reshape(-1).view(np.uint8), _dtype_name(array),
-                             list(array.shape), op=op)
-        submitted.append((work, array.dtype))
-    results = []
-    for work, dtype in submitted:
-        data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
-        results.append(np.frombuffer(data, dtype=dtype).reshape(shape).copy())
-    return results
-
-
-def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return _run("allreduce", array, name, process_set, op=op, prescale=prescale_factor, postscale=postscale_factor)
+    return [s.wait() for s in [submit("allreduce", a, n, process_set, op=op) for a, n in zip(arrays, names)]]
 
 
 def broadcast(array, root_rank, name=None, process_set=None):
-    return _run("broadcast", array, name, process_set, root=process_sets.root_position(root_rank, process_set))
+    return submit("broadcast", array, name, process_set,
+                  root=process_sets.root_position(root_rank, process_set)).wait()
+
+
+def broadcast_many(arrays, root_rank, names, process_set=None):
+    """Broadcasts of several arrays from ``root_rank``, all submitted before any is waited on."""
+    root = process_sets.root_position(root_rank, process_set)
+    return [s.wait() for s in [submit("broadcast", a, n, process_set, root=root) for a, n in zip(arrays, names)]]
 
 
 def allgather(array, name=None, process_set=None):
-    return _run("allgather", array, name, process_set)
+    return submit("allgather", array, name, process_set).wait()
 
 
 def allgather_object(obj, name, process_set=None):

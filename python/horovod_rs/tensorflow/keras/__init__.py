@@ -2,8 +2,8 @@
 
 ``DistributedOptimizer`` averages the gradients of every step across ranks before the wrapped
 optimizer applies them; inside ``model.fit``'s compiled step the exchange runs through
-``tf.py_function``. ``callbacks`` has Horovod's BroadcastGlobalVariablesCallback,
-MetricAverageCallback and LearningRateWarmupCallback.
+``tf.py_function``. ``callbacks`` has Horovod's callbacks (broadcast, metric average,
+learning-rate schedule and warmup, best-model checkpoint).
 """
 
 import numpy as np

@@ -1,62 +1,53 @@
-"""Horovod's tf.keras callbacks."""
+"""Horovod's tf.keras callbacks (``horovod.tensorflow.keras.callbacks``); horovod_rs._keras.callbacks
+has what they do."""
 
-import numpy as np
 import tensorflow as tf
 
-from horovod_rs.common import arrays, basics
+from horovod_rs._keras import callbacks as _impl
+
+keras = tf.keras
 
 
-class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
-    """Starts every rank from rank ``root_rank``'s weights."""
+class BroadcastGlobalVariablesCallback(_impl.BroadcastGlobalVariablesCallbackImpl, keras.callbacks.Callback):
+    """Broadcasts the model's and optimizer's variables from rank ``root_rank`` when training
+    starts, so that every rank starts alike (random initial weights, or restored from a checkpoint
+    on one rank). ``local_variables`` (a variable or a list) are left alone."""
 
-    def __init__(self, root_rank=0):
-        super().__init__()
-        self.root_rank = root_rank
-
-    def on_train_begin(self, logs=None):
-        for i, v in enumerate(self.model.weights):
-            v.assign(arrays.broadcast(np.asarray(v.numpy()), self.root_rank, name="keras.broadcast.%d" % i))
+    def __init__(self, root_rank, device="", local_variables=None):
+        super().__init__(root_rank, device, local_variables)
 
 
-class MetricAverageCallback(tf.keras.callbacks.Callback):
-    """Replaces each epoch's metrics by their average over all ranks (runs before the callbacks
-    that read them, such as checkpoints and early stopping, if listed first)."""
+class MetricAverageCallback(_impl.MetricAverageCallbackImpl, keras.callbacks.Callback):
+    """Averages each epoch's metrics over all ranks. List it before ReduceLROnPlateau, TensorBoard
+    and other callbacks that read the metrics."""
 
-    def on_epoch_end(self, epoch, logs=None):
-        if not logs:
-            return
-        names = sorted(k for k, v in logs.items() if np.isscalar(v) or np.ndim(v) == 0)
-        values = arrays.allreduce(np.array([float(logs[k]) for k in names]), op="average",
-                                  name="keras.metrics.%d" % epoch)
-        for k, v in zip(names, values):
-            logs[k] = float(v)
+    def __init__(self, device=""):
+        super().__init__(device)
 
 
-class LearningRateWarmupCallback(tf.keras.callbacks.Callback):
-    """Raises the learning rate from ``initial_lr / size()`` to ``initial_lr`` over the first
-    ``warmup_epochs`` epochs (Goyal et al.'s warmup, as Horovod's callback)."""
+class LearningRateScheduleCallback(_impl.LearningRateScheduleCallbackImpl, keras.callbacks.Callback):
+    """Sets the learning rate to ``initial_lr * multiplier`` from ``start_epoch`` to ``end_epoch``
+    (exclusive); ``multiplier`` is a constant (applied as ``multiplier ** (epoch - start_epoch)``)
+    or a function of the epoch, called at each epoch's start (``staircase``) or at every batch with
+    a fractional epoch."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
+        super().__init__(initial_lr, multiplier, start_epoch, end_epoch, staircase, momentum_correction,
+                         steps_per_epoch)
+
+
+class LearningRateWarmupCallback(_impl.LearningRateWarmupCallbackImpl, keras.callbacks.Callback):
+    """Gradual warmup: the learning rate rises from ``initial_lr / size()`` to ``initial_lr`` over
+    ``warmup_epochs`` epochs (Goyal et al., "Accurate, Large Minibatch SGD")."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
-        super().__init__()
-        self.initial_lr = initial_lr
-        self.warmup_epochs = warmup_epochs
-        self.steps_per_epoch = steps_per_epoch
-        self.verbose = verbose
-        self._epoch = 0
+        super().__init__(initial_lr, warmup_epochs, momentum_correction, steps_per_epoch, verbose)
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
 
-    def on_train_batch_begin(self, batch, logs=None):
-        if self._epoch >= self.warmup_epochs:
-            return
-        steps = self.steps_per_epoch or self.params.get("steps") or 1
-        progress = (self._epoch + batch / steps) / self.warmup_epochs
-        n = basics.size()
-        self.model.optimizer.learning_rate.assign(self.initial_lr / n * (progress * (n - 1) + 1))
+class BestModelCheckpoint(_impl.BestModelCheckpointImpl, keras.callbacks.ModelCheckpoint):
+    """A ``ModelCheckpoint`` that keeps the best model by ``monitor``, whose ``filepath`` the
+    Spark estimator sets."""
 
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.warmup_epochs - 1:
-            self.model.optimizer.learning_rate.assign(self.initial_lr)
-            if self.verbose and basics.rank() == 0:
-                print("Epoch %d: finished gradual learning rate warmup to %g." % (epoch + 1, self.initial_lr))
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto", save_freq="epoch"):
+        super().__init__(monitor, verbose, save_weights_only, mode, save_freq)
