@@ -48,8 +48,10 @@ def store(tmp_path):
 
 
 def test_fit_predicts_and_reports_horovods_history(spark, store):
+    from horovod_rs.tensorflow.keras.callbacks import BestModelCheckpoint
+
     df = linear_rows(spark)
-    model = estimator(store, validation="isVal").fit(df)
+    model = estimator(store, validation="isVal", checkpoint_callback=BestModelCheckpoint(monitor="val_loss")).fit(df)
     history = model.getHistory()
     assert set(history) == {"loss", "mae", "val_loss", "val_mae"} and len(history["val_loss"]) == 4
     assert history["val_loss"][-1] < 0.1 < history["val_loss"][0]
@@ -118,6 +120,16 @@ def test_save_load_and_pipeline(spark, store, tmp_path):
     assert os.path.exists(str(tmp_path / "model" / "data" / "model.keras"))  # loadable by Keras alone
     assert tf.keras.models.load_model(str(tmp_path / "model" / "data" / "model.keras")).count_params() == \
         net.count_params()
+
+
+def test_estimators_save_and_load(spark, store, tmp_path):
+    keras_estimator = estimator(store, validation=0.1, metrics=["mae"])
+    keras_estimator.save(str(tmp_path / "estimator"))
+    loaded = KerasEstimator.load(str(tmp_path / "estimator"))
+    assert loaded.getFeatureCols() == ["x1", "x2"] and loaded.getValidation() == 0.1
+    assert loaded.getModel().count_params() == keras_estimator.getModel().count_params()
+    assert np.isclose(loaded.getOptimizer().get_config()["learning_rate"], 0.01)
+    assert len(loaded.fit(linear_rows(spark, 500)).getHistory()["loss"]) == 4
 
 
 def test_a_second_fit_with_the_same_run_id_resumes(spark, store):

@@ -183,6 +183,14 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         return backend.run(run, env=self._backend_env())
 
     # -- persistence ---------------------------------------------------------------------------
+    def _portable_param(self, name, value):
+        """A param's value in a form cloudpickle can save (frameworks convert their objects)."""
+        return value
+
+    def _restored_param(self, name, value, saved):
+        """The inverse of ``_portable_param`` (``saved``: every saved param, e.g. custom objects)."""
+        return value
+
     def write(self):
         return serialization.ParamsWriter(self)
 
@@ -266,6 +274,9 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
             elif not isinstance(target, T.FloatType):
                 result = result.withColumn(name, F.col(name).cast(target))
         return result
+
+    _portable_param = HorovodEstimator._portable_param
+    _restored_param = HorovodEstimator._restored_param
 
     def write(self):
         return serialization.ParamsWriter(self)

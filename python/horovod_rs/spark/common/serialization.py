@@ -65,7 +65,8 @@ class ParamsWriter(MLWriter):
         instance = self.instance
         values = {p.name: instance.getOrDefault(p) for p in instance.params if instance.isDefined(p)}
         json_params = {k: v for k, v in values.items() if _json_value(v) and k not in _NOT_SAVED}
-        other = {k: v for k, v in values.items() if k not in json_params and k not in _NOT_SAVED and k != "model"}
+        other = {k: instance._portable_param(k, v) for k, v in values.items()
+                 if k not in json_params and k not in _NOT_SAVED and k != "model"}
         metadata = {"class": type(instance).__module__ + "." + type(instance).__name__,
                     "timestamp": int(round(time.time() * 1000)), "sparkVersion": sc.version, "uid": instance.uid,
                     "paramMap": json_params, "defaultParamMap": {}, "language": "Python"}
@@ -93,7 +94,8 @@ class ParamsReader(MLReader):
         instance = self.cls()
         instance._resetUid(metadata["uid"])
         values = dict(metadata["paramMap"])
-        values.update(cloudpickle.loads(read_bytes(sc, path + "/data/params.pkl")))
+        pickled = cloudpickle.loads(read_bytes(sc, path + "/data/params.pkl"))
+        values.update({k: instance._restored_param(k, v, pickled) for k, v in pickled.items()})
         model_path = path + "/data/model" + instance.model_file_extension
         if exists(sc, model_path):
             values["model"] = instance._model_from_bytes(read_bytes(sc, model_path), values)

@@ -111,6 +111,20 @@ class KerasEstimator(HorovodEstimator):
     def _model_from_bytes(self, data, values):
         return util.deserialize_model(data, values.get("custom_objects"))
 
+    def _portable_param(self, name, value):
+        if name == "optimizer" and value is not None:
+            return ("keras-optimizer", util.serialize_optimizer(value))
+        if name in ("loss", "metrics") and value is not None:
+            return ("keras-portable", util.portable(value))
+        return value
+
+    def _restored_param(self, name, value, saved):
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "keras-optimizer":
+            return util.deserialize_optimizer(value[1], saved.get("custom_objects"))
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "keras-portable":
+            return util.restore(value[1], saved.get("custom_objects"))
+        return value
+
 
 class KerasModel(HorovodModel):
     """A trained Keras model: ``transform`` predicts in the executors; ``getModel()`` (or
