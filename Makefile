@@ -27,7 +27,7 @@ BENCH_GLOO      ?= 0
 # each figure's median (on a shared VM, single runs vary by up to 2x).
 BENCH_REPEAT    ?= 1
 
-.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest bench-python tools clean
+.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest bench-python bench-estimator tools clean
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -173,6 +173,13 @@ bench-ingest: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --driver-memory 2g --class horovod.rs.examples.IngestBenchmark $(EXAMPLES_JAR) \
 	  $(INGEST_ROWS) 2 native/bench-ingest/target/release/horovod-bench-ingest examples/rossmann/rossmann-model.json \
 	  | tee build/bench-ingest.csv
+
+# The same model and DataFrame fit every way: horovod_rs's Keras and Torch estimators on Arrow and
+# through prepare_data + Parquet, Spark's TorchDistributor, and the native estimator; one CSV.
+ESTIMATOR_ROWS ?= 200000
+bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
+	TF_CPP_MIN_LOG_LEVEL=3 $(SPARK_SUBMIT) $(SPARK_ARGS) --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=3 \
+	  examples/bench/bench_estimator.py --rows $(ESTIMATOR_ROWS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
 
 bench-launch: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)
