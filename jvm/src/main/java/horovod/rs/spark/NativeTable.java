@@ -2,13 +2,13 @@ package horovod.rs.spark;
 
 import java.nio.ByteOrder;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.Float4Vector;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
-import scala.collection.Iterator;
 
 /**
  * A rank's training (or inference) data in native memory: named columns of {@code float}s, filled

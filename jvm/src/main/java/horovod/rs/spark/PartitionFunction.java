@@ -1,7 +1,7 @@
 package horovod.rs.spark;
 
 import java.io.Serializable;
-import scala.collection.Iterator;
+import java.util.Iterator;
 
 /**
  * The code one rank runs over its partition of a data set: like {@link RankFunction}, with the

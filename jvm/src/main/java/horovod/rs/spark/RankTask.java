@@ -75,11 +75,26 @@ final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankO
                     .startEngine(engineConfig)) {
                 HorovodContext ctx = new HorovodContext(rank, size, localRank(hosts, rank), localSize(hosts, rank),
                         gpuAddresses(task), engine);
-                return RankOutcome.success(rank, fn.call(ctx, partition));
+                return RankOutcome.success(rank, fn.call(ctx, asJava(partition)));
             }
         } catch (Throwable e) {
             return RankOutcome.failure(rank, e);
         }
+    }
+
+    /** The partition as a Java iterator (Scala's own converters differ between Scala 2.12 and 2.13). */
+    private static <I> java.util.Iterator<I> asJava(Iterator<I> partition) {
+        return new java.util.Iterator<>() {
+            @Override
+            public boolean hasNext() {
+                return partition.hasNext();
+            }
+
+            @Override
+            public I next() {
+                return partition.next();
+            }
+        };
     }
 
     private List<String> exchange(BarrierTaskContext task, int rank, String myEntry) {

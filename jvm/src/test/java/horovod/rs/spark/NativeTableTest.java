@@ -6,6 +6,7 @@ import static org.junit.Assert.assertThrows;
 import static org.junit.Assert.assertTrue;
 
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import org.apache.spark.ml.linalg.VectorUDT;
 import org.apache.spark.ml.linalg.Vectors;
@@ -16,7 +17,6 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructType;
 import org.junit.Test;
-import scala.jdk.javaapi.CollectionConverters;
 
 /** Rows into a native table: every supported type, and bad rows named or dropped. */
 public class NativeTableTest {
@@ -38,7 +38,7 @@ public class NativeTableTest {
     }
 
     private static NativeTable table(List<InternalRow> rows, List<String> columns, List<String> labels, boolean drop) {
-        return NativeTable.fromRows(CollectionConverters.asScala(rows.iterator()), SCHEMA, columns, labels, drop,
+        return NativeTable.fromRows(rows.iterator(), SCHEMA, columns, labels, drop,
                 Long.MAX_VALUE);
     }
 
@@ -105,7 +105,7 @@ public class NativeTableTest {
         for (int i = 0; i < 10; i++) {
             rows.add(row((double) i, i, new double[] {1}, false));
         }
-        scala.collection.Iterator<InternalRow> it = CollectionConverters.asScala(rows.iterator());
+        Iterator<InternalRow> it = rows.iterator();
         try (NativeTable first = NativeTable.fromRows(it, SCHEMA, List.of("i"), List.of(), false, 4);
                 NativeTable rest = NativeTable.fromRows(it, SCHEMA, List.of("i"), List.of(), false, 100)) {
             assertEquals(4, first.rows());

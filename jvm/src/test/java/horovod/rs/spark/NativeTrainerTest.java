@@ -20,7 +20,6 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.junit.AfterClass;
 import org.junit.Test;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The trainer's exports end to end in one JVM: tables from rows, two ranks on threads training
@@ -54,7 +53,7 @@ public class NativeTrainerTest {
             double x2 = random.nextDouble() * 2 - 1;
             list.add(new GenericInternalRow(new Object[] {x1, x2, 2 * x1 - x2}));
         }
-        return NativeTable.fromRows(CollectionConverters.asScala(list.iterator()), SCHEMA, List.of("x1", "x2", "y"),
+        return NativeTable.fromRows(list.iterator(), SCHEMA, List.of("x1", "x2", "y"),
                 List.of("y"), false, Long.MAX_VALUE);
     }
 

@@ -8,6 +8,7 @@ import horovod.rs.spark.NativeTable;
 import horovod.rs.spark.ml.HorovodEstimator;
 import horovod.rs.spark.ml.HorovodModel;
 import horovod.rs.spark.ml.ModelSpec;
+import horovod.rs.spark.shim.SparkShim;
 import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
@@ -100,7 +101,7 @@ public final class IngestBenchmark {
     static String arrowDirect(Dataset<Row> data, int ranks, List<String> columns) {
         long start = System.nanoTime();
         Dataset<Row> partitioned = data;
-        var rdd = ((org.apache.spark.sql.classic.Dataset<Row>) partitioned).queryExecution().toRdd();
+        var rdd = SparkShim.internalRows(partitioned);
         var schema = partitioned.schema();
         List<Long> counts = HorovodRunner.runOnPartitions(rdd, (ctx, partition) -> {
             try (NativeTable table = NativeTable.fromRows(partition, schema, columns, List.of("Sales"), false,
@@ -114,7 +115,7 @@ public final class IngestBenchmark {
     /** The floor under arrow-direct: the same barrier stage reading every value, keeping none. */
     static String scanOnly(Dataset<Row> data, int ranks, List<String> columns) {
         long start = System.nanoTime();
-        var rdd = ((org.apache.spark.sql.classic.Dataset<Row>) data).queryExecution().toRdd();
+        var rdd = SparkShim.internalRows(data);
         int width = columns.size();
         List<Long> counts = HorovodRunner.runOnPartitions(rdd, (ctx, partition) -> {
             long n = 0;

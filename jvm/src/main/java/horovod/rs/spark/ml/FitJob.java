@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import horovod.rs.spark.HorovodException;
 import horovod.rs.spark.HorovodRunOptions;
 import horovod.rs.spark.HorovodRunner;
+import horovod.rs.spark.shim.SparkShim;
 import horovod.rs.spark.store.Store;
 import java.time.LocalDateTime;
 import java.time.format.DateTimeFormatter;
@@ -65,7 +66,7 @@ final class FitJob {
         Dataset<Row> selected = onePartitionPerRank(
                 dataset.select(columns.stream().map(Column::new).toArray(Column[]::new)), numProc);
         StructType selectedSchema = selected.schema();
-        RDD<InternalRow> rows = ((org.apache.spark.sql.classic.Dataset<Row>) selected).queryExecution().toRdd();
+        RDD<InternalRow> rows = SparkShim.internalRows(selected);
         HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
         if (estimator.getUseGpu()) {
             options = options.withGpusPerRank(1);

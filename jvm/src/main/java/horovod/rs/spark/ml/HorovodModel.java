@@ -2,12 +2,12 @@ package horovod.rs.spark.ml;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import horovod.rs.spark.shim.SparkShim;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -19,14 +19,13 @@ import org.apache.spark.ml.param.Param;
 import org.apache.spark.ml.param.ParamMap;
 import org.apache.spark.ml.param.StringArrayParam;
 import org.apache.spark.ml.util.DefaultParamsReader;
-import org.apache.spark.ml.util.DefaultParamsReader$;
-import org.apache.spark.ml.util.DefaultParamsWriter$;
 import org.apache.spark.ml.util.MLReadable;
 import org.apache.spark.ml.util.MLReader;
 import org.apache.spark.ml.util.MLWritable;
 import org.apache.spark.ml.util.MLWriter;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
 
@@ -114,8 +113,7 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
     }
 
     private static void addMetrics(Map<String, Double> flat, JsonNode metrics, String prefix) {
-        for (Iterator<Map.Entry<String, JsonNode>> it = metrics.fields(); it.hasNext();) {
-            Map.Entry<String, JsonNode> metric = it.next();
+        for (Map.Entry<String, JsonNode> metric : metrics.properties()) {
             flat.put(prefix + metric.getKey(), metric.getValue().asDouble());
         }
     }
@@ -130,13 +128,12 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
         ModelSpecInfo info = ModelSpecInfo.of(getModelSpec());
         StructType output = Schemas.withOutputs(dataset.schema(), info, this);
         List<String> features = Schemas.featureColumns(this, info);
-        org.apache.spark.sql.classic.Dataset<?> classic = (org.apache.spark.sql.classic.Dataset<?>) dataset;
-        JavaSparkContext jsc = JavaSparkContext.fromSparkContext(classic.sparkSession().sparkContext());
-        Broadcast<byte[]> model = jsc.broadcast(weights);
-        JavaRDD<InternalRow> predicted = classic.queryExecution().toRdd().toJavaRDD()
+        SparkSession spark = dataset.sparkSession();
+        Broadcast<byte[]> model = JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(weights);
+        JavaRDD<InternalRow> predicted = SparkShim.internalRows(dataset).toJavaRDD()
                 .mapPartitions(new PredictPartition(dataset.schema(), features, getModelSpec(), model,
                         info.outputWidths(), BATCH_ROWS));
-        return classic.sparkSession().internalCreateDataFrame(predicted.rdd(), output, false);
+        return SparkShim.dataFrame(spark, predicted.rdd(), output);
     }
 
     @Override
@@ -160,7 +157,7 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
 
         @Override
         public void saveImpl(String path) {
-            DefaultParamsWriter$.MODULE$.saveMetadata(model, path, sparkSession());
+            SparkShim.saveMetadata(model, path, sparkSession());
             var conf = sparkSession().sparkContext().hadoopConfiguration();
             HadoopFiles.write(conf, path + "/data/model.bin", model.weights);
             HadoopFiles.write(conf, path + "/data/history.json", model.historyJson.getBytes(StandardCharsets.UTF_8));
@@ -170,7 +167,7 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
     private static final class Reader extends MLReader<HorovodModel> {
         @Override
         public HorovodModel load(String path) {
-            DefaultParamsReader.Metadata metadata = DefaultParamsReader$.MODULE$.loadMetadata(path, sparkSession(),
+            DefaultParamsReader.Metadata metadata = SparkShim.loadMetadata(path, sparkSession(),
                     HorovodModel.class.getName());
             var conf = sparkSession().sparkContext().hadoopConfiguration();
             byte[] weights = HadoopFiles.read(conf, path + "/data/model.bin");

@@ -16,7 +16,6 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.JoinedRow;
 import org.apache.spark.sql.types.StructType;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Inference over one partition: rows go to the native model a batch at a time (as Arrow
@@ -101,7 +100,7 @@ final class PredictPartition implements FlatMapFunction<Iterator<InternalRow>, I
             if (batch.isEmpty()) {
                 return false;
             }
-            try (NativeTable table = NativeTable.fromRows(CollectionConverters.asScala(batch.iterator()), schema,
+            try (NativeTable table = NativeTable.fromRows(batch.iterator(), schema,
                     features, List.of(), false, batch.size())) {
                 outputs = predictor.predict(table);
             }

@@ -6,7 +6,6 @@ import horovod.rs.spark.store.Store;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
-import java.util.Iterator;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
@@ -115,8 +114,7 @@ final class Progress {
     }
 
     private static void appendMetrics(StringBuilder line, JsonNode metrics, String prefix) {
-        for (Iterator<Map.Entry<String, JsonNode>> it = metrics.fields(); it.hasNext();) {
-            Map.Entry<String, JsonNode> metric = it.next();
+        for (Map.Entry<String, JsonNode> metric : metrics.properties()) {
             line.append(String.format(Locale.ROOT, " %s%s=%.6g", prefix, metric.getKey(), metric.getValue().asDouble()));
         }
     }
