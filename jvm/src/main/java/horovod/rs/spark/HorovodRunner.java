@@ -77,6 +77,7 @@ public final class HorovodRunner {
             throw new IllegalArgumentException("the data set has no partitions to run ranks on");
         }
         SparkContext sc = data.sparkContext();
+        BuildInfo.current().requireRunsOn(sc);
         byte[] secret = newSecret();
         try (RendezvousService service = options.driverRendezvous() ? RendezvousService.start(secret, numProc) : null) {
             String serviceAddress = service == null ? null : driverHost(sc) + ":" + service.port();

@@ -2,6 +2,7 @@ package horovod.rs.spark;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -10,7 +11,8 @@ import java.util.Locale;
 /**
  * Loads the native engine once per class loader.
  *
- * <p>The library travels inside horovod-rs.jar under {@code native/<os>-<arch>/}. It is copied to
+ * <p>The library travels inside the jar under {@code native/<os>-<arch>/}, one folder per platform
+ * the jar was built for, which {@code native/platforms.txt} lists. It is copied to
  * a fresh temporary file and loaded from there: a JVM refuses to load one file from two class
  * loaders, and Spark may load the jar in more than one. The system property
  * {@value #LIBRARY_PROPERTY} points at a library built elsewhere (a developer's cargo build).
@@ -35,8 +37,8 @@ public final class NativeLibrary {
             System.load(path);
         } catch (UnsatisfiedLinkError e) {
             throw new HorovodException("cannot load the horovod-rs native library from " + path + " ("
-                    + e.getMessage() + "); this build supports " + platformFolder(osName(), osArch())
-                    + " only if the jar contains it", e);
+                    + e.getMessage() + ") on " + platformFolder(osName(), osArch()) + "; the jar's libraries need "
+                    + "glibc 2.17 or newer on Linux", e);
         }
         loaded = true;
     }
@@ -73,9 +75,8 @@ public final class NativeLibrary {
         String resource = "/native/" + platformFolder(osName(), osArch()) + "/" + libraryFileName(osName());
         try (InputStream in = NativeLibrary.class.getResourceAsStream(resource)) {
             if (in == null) {
-                throw new HorovodException("horovod-rs.jar has no native library for this platform (looked for "
-                        + resource + "); build one with `make jar` on this platform, or set -D"
-                        + LIBRARY_PROPERTY + "=/path/to/" + libraryFileName(osName()));
+                throw new HorovodException(missingPlatform(platformFolder(osName(), osArch()), jarPlatforms(),
+                        libraryFileName(osName())));
             }
             Path file = Files.createTempFile("horovod-rs-", "-" + libraryFileName(osName()));
             file.toFile().deleteOnExit();
@@ -84,6 +85,25 @@ public final class NativeLibrary {
         } catch (IOException e) {
             throw new HorovodException("cannot extract the horovod-rs native library " + resource
                     + " to a temporary file: " + e.getMessage(), e);
+        }
+    }
+
+    /** Why there is nothing to load: this platform, the jar's, and what to do. */
+    static String missingPlatform(String platform, String jarPlatforms, String libraryFile) {
+        return "this horovod-rs jar has no native library for " + platform + ", only for " + jarPlatforms
+                + "; run on one of those, build the jar on this platform (`make jar`), or point -D" + LIBRARY_PROPERTY
+                + " at a " + libraryFile + " built for it";
+    }
+
+    /** The platforms this jar has libraries for, as native/platforms.txt lists them. */
+    private static String jarPlatforms() {
+        try (InputStream in = NativeLibrary.class.getResourceAsStream("/native/platforms.txt")) {
+            if (in == null) {
+                return "none (native/platforms.txt is missing)";
+            }
+            return String.join(", ", new String(in.readAllBytes(), StandardCharsets.UTF_8).strip().split("\\s+"));
+        } catch (IOException e) {
+            return "unknown (" + e.getMessage() + ")";
         }
     }
 

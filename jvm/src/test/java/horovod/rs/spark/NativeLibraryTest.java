@@ -20,4 +20,12 @@ public class NativeLibraryTest {
         assertEquals("libhorovod_rs_jni.dylib", NativeLibrary.libraryFileName("Mac OS X"));
         assertEquals("horovod_rs_jni.dll", NativeLibrary.libraryFileName("Windows 11"));
     }
+
+    @Test
+    public void aMissingPlatformNamesTheJarsPlatforms() {
+        assertEquals("this horovod-rs jar has no native library for darwin-aarch64, only for linux-aarch64, "
+                + "linux-x86_64; run on one of those, build the jar on this platform (`make jar`), or point "
+                + "-Dhorovod.rs.native.library at a libhorovod_rs_jni.dylib built for it",
+                NativeLibrary.missingPlatform("darwin-aarch64", "linux-aarch64, linux-x86_64", "libhorovod_rs_jni.dylib"));
+    }
 }
