@@ -9,7 +9,6 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Set;
 import org.apache.spark.sql.SparkSession;
-import org.junit.AfterClass;
 import org.junit.BeforeClass;
 import org.junit.Test;
 
@@ -18,15 +17,8 @@ public class HorovodRunnerIT {
     private static SparkSession spark;
 
     @BeforeClass
-    public static void startCluster() {
-        spark = LocalCluster.start("HorovodRunnerIT");
-    }
-
-    @AfterClass
-    public static void stopCluster() {
-        if (spark != null) {
-            spark.stop();
-        }
+    public static void joinCluster() {
+        spark = LocalCluster.session();
     }
 
     @Test(timeout = 120_000)

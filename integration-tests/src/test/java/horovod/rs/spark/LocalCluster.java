@@ -5,18 +5,30 @@ import java.net.URISyntaxException;
 import org.apache.spark.sql.SparkSession;
 
 /**
- * One real Spark cluster for a whole test suite: a driver (this JVM) and two executor JVMs
- * ({@code local-cluster[2,1,1024]}), with horovod-rs.jar shipped as a user would ship it, the
- * plugin on, and two fake GPUs per worker.
+ * One real Spark cluster for every test class of the run: a driver (this JVM) and two executor
+ * JVMs ({@code local-cluster[2,1,1024]}), with the jar under test shipped as a user would ship it,
+ * the plugin on, and two fake GPUs per worker. Started by the first class that asks, stopped when
+ * the test JVM exits (a cluster start costs seconds; the classes leave it as they found it).
  */
 public final class LocalCluster {
+    private static SparkSession shared;
+
     private LocalCluster() {}
 
-    public static SparkSession start(String appName) {
+    public static synchronized SparkSession session() {
+        if (shared == null) {
+            shared = start();
+            SparkSession stopping = shared;
+            Runtime.getRuntime().addShutdownHook(new Thread(stopping::stop, "stop local-cluster"));
+        }
+        return shared;
+    }
+
+    private static SparkSession start() {
         String jar = existingFile("horovod.rs.jar");
         String testJar = existingFile("horovod.rs.test.jar");
         SparkSession spark = SparkSession.builder()
-                .appName(appName)
+                .appName("horovod-rs integration tests")
                 .master("local-cluster[2,1,1024]")
                 .config("spark.jars", jar + "," + testJar)
                 .config("spark.plugins", HorovodPlugin.class.getName())

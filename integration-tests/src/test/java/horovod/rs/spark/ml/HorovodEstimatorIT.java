@@ -33,7 +33,7 @@ import org.junit.rules.TemporaryFolder;
 
 /**
  * HorovodEstimator on a real cluster: two executor JVMs, two ranks, data in DataFrames.
- * One cluster for the suite; each test fits small models for a few seconds.
+ * One cluster for all the integration tests (LocalCluster); each test fits small models for a few seconds.
  */
 public class HorovodEstimatorIT {
     private static SparkSession spark;
@@ -44,8 +44,8 @@ public class HorovodEstimatorIT {
     public TemporaryFolder dir = new TemporaryFolder();
 
     @BeforeClass
-    public static void startCluster() {
-        spark = LocalCluster.start("HorovodEstimatorIT");
+    public static void joinCluster() {
+        spark = LocalCluster.session();
         regression = spark.range(0, 4000).repartition(3)
                 .selectExpr("rand(1) * 2 - 1 AS x1", "randn(2) AS x2", "CAST(floor(rand(3) * 5) AS INT) AS cat",
                         "randn(4) AS noise", "rand(5) < 0.2 AS isVal")
@@ -56,9 +56,9 @@ public class HorovodEstimatorIT {
     }
 
     @AfterClass
-    public static void stopCluster() {
-        if (spark != null) {
-            spark.stop();
+    public static void releaseData() {
+        if (regression != null) {
+            regression.unpersist();
         }
     }
 
