@@ -2,17 +2,39 @@
 # Each target installs what it needs (Gradle, a project-local Python environment with
 # pyspark) the first time, and only the first time.
 
-PYSPARK_VERSION := 4.0.4
+PYSPARK_VERSION := 4.3.0
 VENV            := .venv
 PYTHON          := $(VENV)/bin/python
 SPARK_HOME      := $(abspath $(VENV)/lib/python3.11/site-packages/pyspark)
 SPARK_SUBMIT    := $(VENV)/bin/spark-submit
 GRADLE          := gradle --console=plain -q
-JAR             := build/libs/horovod-rs.jar
-EXAMPLES_JAR    := build/libs/horovod-rs-examples.jar
 MASTER          := local-cluster[2,1,1024]
-SPARK_ARGS      := --master '$(MASTER)' --jars $(JAR) --conf spark.plugins=horovod.rs.spark.HorovodPlugin \
-                   --conf spark.ui.enabled=false --driver-java-options '-Dlog4j2.configurationFile=examples/log4j2.properties'
+
+# Spark lines: build.gradle builds a jar per line. The project environment's pyspark is the
+# newest 4.x (LINE); Spark 3.5 with Scala 2.12, as Databricks' 15.4 and 16.4 LTS runtimes run it
+# (LINE_35), has an environment of its own (VENV_35) that shares the project environment's
+# packages. The Spark tests run on both; the Scala 2.13 jar of 3.5, which no pyspark runs, is
+# compiled and unit-tested.
+LINE            := spark4_2.13
+LINE_35         := spark3.5_2.12
+LINES           := $(LINE) $(LINE_35) spark3.5_2.13
+TESTED_LINES    := $(LINE) $(LINE_35)
+PYSPARK_35      := 3.5.9
+VENV_35         := .venv-spark3.5
+
+# A line's jar; its Gradle (with a task history of its own, so that building one line does not
+# make Gradle rebuild another); its Python environment; the Spark its jobs run on.
+line_jar        = build/$(1)/libs/horovod-rs-$(1).jar
+line_gradle     = $(GRADLE) --project-cache-dir build/$(1)/.gradle -PsparkLine=$(1)
+line_venv       = $(if $(filter $(LINE_35),$(1)),$(VENV_35),$(VENV))
+line_spark_home = $(abspath $(call line_venv,$(1))/lib/python3.11/site-packages/pyspark)
+line_spark_env  = SPARK_HOME=$(call line_spark_home,$(1)) PYSPARK_PYTHON=$(abspath $(call line_venv,$(1)))/bin/python
+spark_args      = --master '$(MASTER)' --jars $(1) --conf spark.plugins=horovod.rs.spark.HorovodPlugin \
+                  --conf spark.ui.enabled=false --driver-java-options '-Dlog4j2.configurationFile=examples/log4j2.properties'
+
+JAR             := $(call line_jar,$(LINE))
+EXAMPLES_JAR    := build/$(LINE)/libs/horovod-rs-examples.jar
+SPARK_ARGS      := $(call spark_args,$(JAR))
 
 export SPARK_HOME
 export PYSPARK_PYTHON := $(abspath $(PYTHON))
@@ -27,7 +49,10 @@ BENCH_GLOO      ?= 0
 # each figure's median (on a shared VM, single runs vary by up to 2x).
 BENCH_REPEAT    ?= 1
 
-.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jar-release bench-launch bench-collectives bench-ingest bench-python bench-estimator tools clean
+.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jars \
+        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check bench-launch bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
+        $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) $(addprefix integration-test-,$(TESTED_LINES)) \
+        $(addprefix scala-example-,$(TESTED_LINES)) $(addprefix pyspark-test-,$(TESTED_LINES))
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -42,6 +67,9 @@ test: tools lint cargo-test java-test integration-test scala-example pyspark-tes
 ## Tools ---------------------------------------------------------------------
 
 tools: .tools/gradle.stamp $(VENV)/.pyspark-$(PYSPARK_VERSION)
+
+# What the Spark tests of every tested line need.
+spark-envs: tools $(VENV_35)/.pyspark-$(PYSPARK_35)
 
 .tools/gradle.stamp:
 	@command -v gradle >/dev/null || { apt-get update -qq && apt-get install -y -qq gradle; }
@@ -66,15 +94,32 @@ $(VENV)/.pyspark-$(PYSPARK_VERSION):
 	$(VENV)/bin/pip install -q pyspark==$(PYSPARK_VERSION)
 	touch $@
 
+# Spark 3.5's pyspark, in an environment whose other packages (horovod_rs, torch, tensorflow,
+# pytest, ...) are the project environment's, not installed twice: a .pth file appends that
+# environment's site-packages to sys.path, after this one's own (so pyspark and py4j are 3.5's).
+$(VENV_35)/.pyspark-$(PYSPARK_35): | $(VENV)/.pyspark-$(PYSPARK_VERSION)
+	test -x $(VENV_35)/bin/python || python3 -m venv $(VENV_35)
+	$(VENV_35)/bin/pip install -q pyspark==$(PYSPARK_35)
+	echo "import site; site.addsitedir('$(abspath $(VENV))/lib/python3.11/site-packages')" \
+	  > $(VENV_35)/lib/python3.11/site-packages/project-environment.pth
+	touch $@
+
 ## Builds --------------------------------------------------------------------
 
-jar:
+# Debug builds for the tests: `make jar` builds the 4.x line's jar, `make jars` every line's
+# (build/<line>/libs/horovod-rs-<line>.jar). Release builds for the demo and the benchmarks.
+jar: jar-$(LINE)
+jars: $(addprefix jar-,$(LINES))
+
+$(addprefix jar-,$(LINES)): jar-%: native-debug
+	$(call line_gradle,$*) jar
+
+native-debug:
 	cargo build -p horovod-jni
-	$(GRADLE) jar examplesJar
 
 jar-release:
 	cargo build --release -p horovod-jni
-	$(GRADLE) -PnativeProfile=release jar examplesJar
+	$(call line_gradle,$(LINE)) -PnativeProfile=release jar examplesJar
 
 ## Tests ---------------------------------------------------------------------
 
@@ -93,31 +138,39 @@ cargo-test:
 	cargo test -p horovod-core --features cuda --test engine_processes gpu
 
 # Gradle stays quiet; the summary lists every test and ends with a pass/fail count.
-java-test: jar
-	rm -rf build/test-results/test
-	$(GRADLE) test --continue || true
-	python3 scripts/junit_summary.py build/test-results/test
+# The unit tests run on every line (Spark's jars from Maven Central).
+java-test: $(addprefix java-test-,$(LINES))
+$(addprefix java-test-,$(LINES)): java-test-%: native-debug
+	rm -rf build/$*/test-results/test
+	$(call line_gradle,$*) test --continue || true
+	python3 scripts/junit_summary.py build/$*/test-results/test
 
-integration-test: jar
-	rm -rf build/test-results/integrationTest
-	$(GRADLE) integrationTest -PsparkHome=$(SPARK_HOME) --continue || true
-	python3 scripts/junit_summary.py build/test-results/integrationTest
+# The JVM integration tests of each tested line on its pyspark's Spark.
+integration-test: $(addprefix integration-test-,$(TESTED_LINES))
+$(addprefix integration-test-,$(TESTED_LINES)): integration-test-%: spark-envs native-debug
+	rm -rf build/$*/test-results/integrationTest
+	$(call line_gradle,$*) integrationTest -PsparkHome=$(call line_spark_home,$*) --continue || true
+	python3 scripts/junit_summary.py build/$*/test-results/integrationTest
 
 # The Scala user's path: spark-shell with the jar runs a script that fits and
 # transforms; the script exits non-zero when the model misses its threshold.
-# (Spark 4.0's shell only runs `-i` scripts interactively, so the script is piped;
+# (Spark 4's shell only runs `-i` scripts interactively, so the script is piped;
 # the grep fails the target if the script did not get as far as its result line.)
-scala-example: jar
-	$(VENV)/bin/spark-shell $(SPARK_ARGS) < examples/scala/fit.scala > build/scala-example.log 2>&1 \
-	  || { tail -40 build/scala-example.log; exit 1; }
-	@grep "scala example:" build/scala-example.log || { tail -40 build/scala-example.log; exit 1; }
+scala-example: $(addprefix scala-example-,$(TESTED_LINES))
+$(addprefix scala-example-,$(TESTED_LINES)): scala-example-%: spark-envs jar-%
+	$(call line_spark_env,$*) $(call line_venv,$*)/bin/spark-shell $(call spark_args,$(call line_jar,$*)) \
+	  < examples/scala/fit.scala > build/$*/scala-example.log 2>&1 || { tail -40 build/$*/scala-example.log; exit 1; }
+	@grep "scala example:" build/$*/scala-example.log || { tail -40 build/$*/scala-example.log; exit 1; }
 
 # The PySpark user's path: horovod_rs.spark.ml wraps the JVM estimator, and
 # horovod_rs.spark.run runs functions in the Python workers (PYSPARK_PYTHON is
-# the project environment, where horovod_rs is installed).
+# the line's environment, where horovod_rs is installed or shared).
 # The Python estimators (KerasEstimator, ...) train in the same Python workers.
-pyspark-test: jar $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
-	HOROVOD_RS_JAR=$(abspath $(JAR)) TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
+pyspark-test: $(addprefix pyspark-test-,$(TESTED_LINES))
+$(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(VENV)/.pytest $(VENV)/.horovod_rs \
+                                                         $(VENV)/.torch $(VENV)/.tensorflow
+	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
+	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider integration-tests/python
 
 # pyarrow, pandas and fsspec: what the Python estimators need besides pyspark (the `spark` extra).
 $(VENV)/.pytest:
@@ -150,6 +203,81 @@ $(VENV)/.tensorflow:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q tensorflow-cpu tensorboard
 	touch $@
+
+## Distribution --------------------------------------------------------------
+
+# `make dist` writes build/dist/: maven/, a Maven repository of every line's jar with its sources
+# jar and POM (for spark-submit --packages), and horovod_rs wheels (abi3, manylinux2014) for
+# x86_64 and aarch64 that carry the jars. zig links the native code for glibc 2.17
+# (cargo-zigbuild, maturin --zig); Debian's rustc compiles it, as it has a standard library for
+# aarch64 (scripts/debian_rustc.sh). Then dist-check tries what it built.
+DIST            := build/dist
+DIST_ARCHS      := x86_64 aarch64
+DIST_RUSTC      := .tools/rust-debian/rustc
+DIST_TEST       := build/dist-test
+VERSION         := $(shell sed -n 's/^version = "\(.*\)"/\1/p' python/pyproject.toml)
+# cargo-zigbuild and maturin find zig (PyPI's ziglang) through the project environment's python.
+DIST_ENV         = PATH=$(abspath $(VENV))/bin:$$PATH RUSTC=$(abspath $(DIST_RUSTC)) CARGO_TARGET_DIR=$(abspath target/dist)
+comma           := ,
+empty           :=
+DIST_PLATFORMS  := $(subst $(empty) $(empty),$(comma),$(addprefix linux-,$(DIST_ARCHS)))
+
+dist: dist-jars dist-wheels dist-check
+
+$(VENV)/.dist-tools:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q ziglang==0.14.1 cargo-zigbuild==0.24.0 maturin
+	touch $@
+
+$(DIST_RUSTC):
+	bash scripts/debian_rustc.sh $(dir $(DIST_RUSTC))
+
+# The JNI library of each platform, laid out as the jars carry it: build/dist-native/linux-<arch>/.
+dist-native: $(VENV)/.dist-tools $(DIST_RUSTC)
+	for arch in $(DIST_ARCHS); do \
+	  $(DIST_ENV) cargo zigbuild --release -p horovod-jni --target $$arch-unknown-linux-gnu.2.17 && \
+	  mkdir -p build/dist-native/linux-$$arch && \
+	  cp target/dist/$$arch-unknown-linux-gnu/release/libhorovod_rs_jni.so build/dist-native/linux-$$arch/ || exit 1; \
+	done
+
+dist-jars: tools dist-native
+	rm -rf $(DIST)/maven
+	for line in $(LINES); do \
+	  $(call line_gradle,$$line) -PnativeDir=$(abspath build/dist-native) -PmavenRepo=$(abspath $(DIST)/maven) \
+	    publish || exit 1; \
+	done
+
+# Every line's jar goes into the wheels (horovod_rs/jars/, there only while maturin packs them).
+dist-wheels: dist-jars $(VENV)/.dist-tools $(DIST_RUSTC)
+	rm -rf python/horovod_rs/jars $(DIST)/*.whl && mkdir -p python/horovod_rs/jars
+	cp $(foreach line,$(LINES),$(DIST)/maven/horovod/rs/horovod-rs-$(line)/$(VERSION)/horovod-rs-$(line)-$(VERSION).jar) \
+	  python/horovod_rs/jars/
+	for arch in $(DIST_ARCHS); do \
+	  (cd python && $(DIST_ENV) maturin build --release --zig --compatibility manylinux2014 \
+	    --target $$arch-unknown-linux-gnu --out $(abspath $(DIST))) || { rm -rf python/horovod_rs/jars; exit 1; }; \
+	done
+	rm -rf python/horovod_rs/jars
+
+# The artifacts as users get them: readelf finds no glibc symbol newer than 2.17 in any library;
+# fresh environments (no Rust on PATH) install the x86_64 wheel with each tested pyspark and run
+# horovod_rs.spark.run and the estimator; spark-submit --packages takes the 4.x jar from the
+# Maven repository. `make dist` runs it on every build; it is not part of `make test`, whose
+# debug builds it would have to replace with release builds for two platforms.
+dist-check:
+	python3 scripts/check_native.py --glibc 2.17 --platforms $(DIST_PLATFORMS) $(DIST)
+	rm -rf $(DIST_TEST)
+	for pyspark in $(PYSPARK_VERSION) $(PYSPARK_35); do \
+	  python3 -m venv $(DIST_TEST)/pyspark-$$pyspark && \
+	  env -u SPARK_HOME PATH=/usr/bin:/bin $(DIST_TEST)/pyspark-$$pyspark/bin/pip install -q \
+	    $(DIST)/horovod_rs-$(VERSION)-*_x86_64.whl pyspark==$$pyspark numpy && \
+	  env -u SPARK_HOME PYSPARK_PYTHON=$(abspath $(DIST_TEST))/pyspark-$$pyspark/bin/python \
+	    $(DIST_TEST)/pyspark-$$pyspark/bin/python integration-tests/dist/check_install.py wheel || exit 1; \
+	done
+	env -u SPARK_HOME PYSPARK_PYTHON=$(abspath $(DIST_TEST))/pyspark-$(PYSPARK_VERSION)/bin/python \
+	  $(DIST_TEST)/pyspark-$(PYSPARK_VERSION)/bin/spark-submit --master '$(MASTER)' \
+	  --packages horovod.rs:horovod-rs-$(LINE):$(VERSION) --repositories file://$(abspath $(DIST)/maven) \
+	  --conf spark.jars.ivy=$(abspath $(DIST_TEST))/ivy --conf spark.plugins=horovod.rs.spark.HorovodPlugin \
+	  --conf spark.ui.enabled=false integration-tests/dist/check_install.py packages
 
 ## Benchmarks ----------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""Spark integration of horovod-rs: ``run`` (Horovod's Run API) and ``ml`` (the estimator)."""
+"""Spark integration of horovod-rs: ``run`` (Horovod's Run API) and ``ml`` (the estimator);
+``jar_path`` and ``configure_builder`` put the package's jar on a session (``jars``)."""
+
+from horovod_rs.spark.jars import configure_builder, jar_path  # noqa: F401
 
 
 def run(*args, **kwargs):

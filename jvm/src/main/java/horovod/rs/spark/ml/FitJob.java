@@ -24,6 +24,8 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.BooleanType$;
 import org.apache.spark.sql.types.NumericType;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * One {@code HorovodEstimator.fit}, on the driver: check the columns and params before any job
@@ -31,6 +33,11 @@ import org.apache.spark.sql.types.StructType;
  */
 final class FitJob {
     private static final ObjectMapper JSON = new ObjectMapper();
+    private static final Logger LOG = LoggerFactory.getLogger(FitJob.class);
+    /** What useGpu does today, said on every fit that sets it. */
+    static final String TRAINS_ON_CPU = "useGpu: every rank reserves a GPU, but the native trainer trains on the "
+            + "CPU (it has no GPU support yet). To train on GPUs use the Python estimators (horovod_rs.spark.keras, "
+            + "horovod_rs.spark.torch); to leave the GPUs to other jobs, set useGpu to false.";
 
     private final HorovodEstimator estimator;
     private final Dataset<?> dataset;
@@ -69,6 +76,7 @@ final class FitJob {
         RDD<InternalRow> rows = SparkShim.internalRows(selected);
         HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
         if (estimator.getUseGpu()) {
+            LOG.warn(TRAINS_ON_CPU);
             options = options.withGpusPerRank(1);
         }
         String config = trainConfig(labels, validation, options);

@@ -87,7 +87,8 @@ public final class HorovodEstimator extends Estimator<HorovodModel>
         runId = new Param<>(this, "runId", "the run's directory in the store; a fit with an existing run id resumes it");
         dropInvalidRows = new BooleanParam(this, "dropInvalidRows",
                 "drop rows with nulls, NaN labels or ragged arrays (and say how many) instead of failing");
-        useGpu = new BooleanParam(this, "useGpu", "give every rank a GPU (spark.task.resource.gpu.amount)");
+        useGpu = new BooleanParam(this, "useGpu", "reserve a GPU for every rank (a task resource request); the "
+                + "native trainer still trains on the CPU: for GPU training use the Python estimators");
         verbose = new IntParam(this, "verbose", "0: quiet, 1: one line per epoch on the driver");
         batchSize = new IntParam(this, "batchSize", "training rows per step on each rank");
         valBatchSize = new IntParam(this, "valBatchSize", "validation rows per step; 0: batchSize");
