@@ -247,13 +247,14 @@ dist-jars: tools dist-native
 	    publish || exit 1; \
 	done
 
-# Every line's jar goes into the wheels (horovod_rs/jars/, there only while maturin packs them).
+# Every line's jar goes into the wheels (horovod_rs/jars/, there only while maturin packs them);
+# the `cuda` feature loads CUDA and NCCL at run time only, so the wheels work with and without GPUs.
 dist-wheels: dist-jars $(VENV)/.dist-tools $(DIST_RUSTC)
 	rm -rf python/horovod_rs/jars $(DIST)/*.whl && mkdir -p python/horovod_rs/jars
 	cp $(foreach line,$(LINES),$(DIST)/maven/horovod/rs/horovod-rs-$(line)/$(VERSION)/horovod-rs-$(line)-$(VERSION).jar) \
 	  python/horovod_rs/jars/
 	for arch in $(DIST_ARCHS); do \
-	  (cd python && $(DIST_ENV) maturin build --release --zig --compatibility manylinux2014 \
+	  (cd python && $(DIST_ENV) maturin build --release --zig --compatibility manylinux2014 --features cuda \
 	    --target $$arch-unknown-linux-gnu --out $(abspath $(DIST))) || { rm -rf python/horovod_rs/jars; exit 1; }; \
 	done
 	rm -rf python/horovod_rs/jars

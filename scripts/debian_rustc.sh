@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Unpacks into DEST a Rust compiler that builds for linux-x86_64 and linux-aarch64: Debian's
+# rustc-web with its standard library for both architectures. `make dist` builds the shipped
+# native code with it (through zig, for glibc 2.17), because rustup's standard library for
+# aarch64 comes from a server this build cannot reach, and Debian ships one per architecture.
+#
+#   scripts/debian_rustc.sh DEST     then: RUSTC=DEST/rustc cargo zigbuild --target ...
+#
+# Nothing is installed but the LLVM library rustc links (from apt). The arm64 package list is
+# read into DEST, so the machine's own apt configuration (its architectures) is left alone.
+set -euo pipefail
+
+dest=$(realpath -m "${1:?usage: debian_rustc.sh DEST}")
+rm -rf "$dest" && mkdir -p "$dest/debs" "$dest/root"
+apt_quiet=(-qq -o APT::Sandbox::User=root)
+
+version=$(apt-cache policy rustc-web | sed -n 's/^ *Candidate: //p')
+if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+    apt-get update -qq
+    version=$(apt-cache policy rustc-web | sed -n 's/^ *Candidate: //p')
+fi
+[ -n "$version" ] && [ "$version" != "(none)" ] || { echo "debian_rustc.sh: apt knows no rustc-web" >&2; exit 1; }
+series=$(echo "$version" | sed -E 's/^([0-9]+\.[0-9]+).*/\1/')
+driver="libstd-rust-web-$series"     # librustc_driver, which links Debian's LLVM
+llvm=$(apt-cache depends "$driver=$version" | sed -n 's/^ *Depends: \(libllvm[0-9]*\)$/\1/p' | head -1)
+[ -n "$llvm" ] || { echo "debian_rustc.sh: cannot tell which libllvm $driver $version needs" >&2; exit 1; }
+apt-get install -y "${apt_quiet[@]}" "$llvm"
+
+cd "$dest/debs"
+apt-get download "${apt_quiet[@]}" "rustc-web=$version" "$driver=$version" "libstd-rust-web-dev=$version"
+
+# The arm64 standard library, from an arm64 package list kept in DEST.
+lists="$dest/apt-arm64"
+mkdir -p "$lists/lists/partial" "$lists/archives/partial" && touch "$lists/status"
+arm64=(-o "Dir::State::Lists=$lists/lists" -o "Dir::State::status=$lists/status" -o "Dir::Cache=$lists"
+       -o "Dir::Cache::Archives=$lists/archives" -o APT::Architecture=arm64 -o APT::Architectures=arm64
+       -o Debug::NoLocking=1)
+apt-get "${apt_quiet[@]}" "${arm64[@]}" update
+apt-get "${apt_quiet[@]}" "${arm64[@]}" download "libstd-rust-web-dev:arm64=$version"
+
+for deb in *.deb; do
+    dpkg-deb -x "$deb" "$dest/root"
+done
+cat > "$dest/rustc" <<EOF
+#!/bin/sh
+# Debian's rustc $version, unpacked by scripts/debian_rustc.sh; its sysroot is $dest/root/usr.
+LD_LIBRARY_PATH="$dest/root/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$dest/root/usr/bin/rustc" "\$@"
+EOF
+chmod +x "$dest/rustc"
+rm -rf "$dest/debs" "$lists"
+for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+    ls "$("$dest/rustc" --print target-libdir --target "$target")"/libstd-*.rlib >/dev/null
+done
+echo "debian_rustc.sh: $("$dest/rustc" --version) in $dest, for x86_64 and aarch64"
