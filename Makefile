@@ -209,15 +209,17 @@ $(VENV)/.tensorflow:
 # `make dist` writes build/dist/: maven/, a Maven repository of every line's jar with its sources
 # jar and POM (for spark-submit --packages), and horovod_rs wheels (abi3, manylinux2014) for
 # x86_64 and aarch64 that carry the jars. zig links the native code for glibc 2.17
-# (cargo-zigbuild, maturin --zig); Debian's rustc compiles it, as it has a standard library for
-# aarch64 (scripts/debian_rustc.sh). Then dist-check tries what it built.
+# (cargo-zigbuild, maturin --zig). rustup's rustc compiles for x86_64, Debian's for aarch64, as
+# only Debian's packages bring an aarch64 standard library here (scripts/debian_rustc.sh).
+# `make dist DIST_ARCHS=x86_64` leaves aarch64 out. Then dist-check tries what it built.
 DIST            := build/dist
 DIST_ARCHS      := x86_64 aarch64
 DIST_RUSTC      := .tools/rust-debian/rustc
 DIST_TEST       := build/dist-test
 VERSION         := $(shell sed -n 's/^version = "\(.*\)"/\1/p' python/pyproject.toml)
-# cargo-zigbuild and maturin find zig (PyPI's ziglang) through the project environment's python.
-DIST_ENV         = PATH=$(abspath $(VENV))/bin:$$PATH RUSTC=$(abspath $(DIST_RUSTC)) CARGO_TARGET_DIR=$(abspath target/dist)
+# cargo-zigbuild and maturin find zig (PyPI's ziglang) through the project environment's python;
+# $(1) is the architecture.
+dist_env         = PATH=$(abspath $(VENV))/bin:$$PATH $(if $(filter aarch64,$(1)),RUSTC=$(abspath $(DIST_RUSTC)))
 comma           := ,
 empty           :=
 DIST_PLATFORMS  := $(subst $(empty) $(empty),$(comma),$(addprefix linux-,$(DIST_ARCHS)))
@@ -233,31 +235,28 @@ $(DIST_RUSTC):
 	bash scripts/debian_rustc.sh $(dir $(DIST_RUSTC))
 
 # The JNI library of each platform, laid out as the jars carry it: build/dist-native/linux-<arch>/.
-dist-native: $(VENV)/.dist-tools $(DIST_RUSTC)
-	for arch in $(DIST_ARCHS); do \
-	  $(DIST_ENV) cargo zigbuild --release -p horovod-jni --target $$arch-unknown-linux-gnu.2.17 && \
-	  mkdir -p build/dist-native/linux-$$arch && \
-	  cp target/dist/$$arch-unknown-linux-gnu/release/libhorovod_rs_jni.so build/dist-native/linux-$$arch/ || exit 1; \
-	done
+dist-native: $(VENV)/.dist-tools $(if $(filter aarch64,$(DIST_ARCHS)),$(DIST_RUSTC))
+	rm -rf build/dist-native
+	$(foreach arch,$(DIST_ARCHS),$(call dist_env,$(arch)) cargo zigbuild --release -p horovod-jni \
+	  --target $(arch)-unknown-linux-gnu.2.17 && mkdir -p build/dist-native/linux-$(arch) && \
+	  cp target/$(arch)-unknown-linux-gnu/release/libhorovod_rs_jni.so build/dist-native/linux-$(arch)/ &&) true
 
 dist-jars: tools dist-native
 	rm -rf $(DIST)/maven
 	for line in $(LINES); do \
 	  $(call line_gradle,$$line) -PnativeDir=$(abspath build/dist-native) -PmavenRepo=$(abspath $(DIST)/maven) \
-	    publish || exit 1; \
+	    mavenRepo || exit 1; \
 	done
 
 # Every line's jar goes into the wheels (horovod_rs/jars/, there only while maturin packs them);
 # the `cuda` feature loads CUDA and NCCL at run time only, so the wheels work with and without GPUs.
-dist-wheels: dist-jars $(VENV)/.dist-tools $(DIST_RUSTC)
+dist-wheels: dist-jars $(VENV)/.dist-tools
 	rm -rf python/horovod_rs/jars $(DIST)/*.whl && mkdir -p python/horovod_rs/jars
 	cp $(foreach line,$(LINES),$(DIST)/maven/horovod/rs/horovod-rs-$(line)/$(VERSION)/horovod-rs-$(line)-$(VERSION).jar) \
 	  python/horovod_rs/jars/
-	for arch in $(DIST_ARCHS); do \
-	  (cd python && $(DIST_ENV) maturin build --release --zig --compatibility manylinux2014 --features cuda \
-	    --target $$arch-unknown-linux-gnu --out $(abspath $(DIST))) || { rm -rf python/horovod_rs/jars; exit 1; }; \
-	done
-	rm -rf python/horovod_rs/jars
+	cd python && $(foreach arch,$(DIST_ARCHS),$(call dist_env,$(arch)) maturin build --release --zig \
+	  --compatibility manylinux2014 --features cuda --target $(arch)-unknown-linux-gnu --out $(abspath $(DIST)) &&) true; \
+	  built=$$?; rm -rf horovod_rs/jars; exit $$built
 
 # The artifacts as users get them: readelf finds no glibc symbol newer than 2.17 in any library;
 # fresh environments (no Rust on PATH) install the x86_64 wheel with each tested pyspark and run
