@@ -32,7 +32,7 @@ record BuildInfo(String line, String runsOn, String scalaBinary, String version)
         if (!spark || !scala) {
             throw new HorovodException("horovod-rs-" + line + " is built for Spark " + runsOn + ".x with Scala "
                     + scalaBinary + ", but this Spark is " + sparkVersion + " with Scala " + scalaVersion + ": use the jar "
-                    + "horovod-rs-" + lineFor(sparkVersion, scalaVersion) + " (docs/user-guide.md lists the lines)");
+                    + "horovod-rs-" + lineFor(sparkVersion, scalaVersion) + " (docs/install.md lists the lines)");
         }
     }
 

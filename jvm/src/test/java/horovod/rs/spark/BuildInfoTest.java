@@ -22,12 +22,12 @@ public class BuildInfoTest {
         HorovodException spark = assertThrows(HorovodException.class,
                 () -> SPARK4_213.requireRunsOn("3.5.1", "2.12.18"));
         assertEquals("horovod-rs-spark4_2.13 is built for Spark 4.x with Scala 2.13, but this Spark is 3.5.1 with "
-                + "Scala 2.12.18: use the jar horovod-rs-spark3.5_2.12 (docs/user-guide.md lists the lines)",
+                + "Scala 2.12.18: use the jar horovod-rs-spark3.5_2.12 (docs/install.md lists the lines)",
                 spark.getMessage());
         HorovodException scala = assertThrows(HorovodException.class,
                 () -> SPARK35_212.requireRunsOn("3.5.2", "2.13.8"));
         assertEquals("horovod-rs-spark3.5_2.12 is built for Spark 3.5.x with Scala 2.12, but this Spark is 3.5.2 "
-                + "with Scala 2.13.8: use the jar horovod-rs-spark3.5_2.13 (docs/user-guide.md lists the lines)",
+                + "with Scala 2.13.8: use the jar horovod-rs-spark3.5_2.13 (docs/install.md lists the lines)",
                 scala.getMessage());
         assertThrows(HorovodException.class, () -> SPARK35_212.requireRunsOn("3.4.1", "2.12.17"));
         assertThrows(HorovodException.class, () -> SPARK35_212.requireRunsOn("3.50.0", "2.12.17"));
