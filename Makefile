@@ -244,7 +244,7 @@ dist-native: $(VENV)/.dist-tools $(if $(filter aarch64,$(DIST_ARCHS)),$(DIST_RUS
 dist-jars: tools dist-native
 	rm -rf $(DIST)/maven
 	for line in $(LINES); do \
-	  $(call line_gradle,$$line) -PnativeDir=$(abspath build/dist-native) -PmavenRepo=$(abspath $(DIST)/maven) \
+	  $(call line_gradle,$$line) -PnativeDir=$(abspath build/dist-native) -PmavenDir=$(abspath $(DIST)/maven) \
 	    mavenRepo || exit 1; \
 	done
 
