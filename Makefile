@@ -218,8 +218,10 @@ DIST_RUSTC      := .tools/rust-debian/rustc
 DIST_TEST       := build/dist-test
 VERSION         := $(shell sed -n 's/^version = "\(.*\)"/\1/p' python/pyproject.toml)
 # cargo-zigbuild and maturin find zig (PyPI's ziglang) through the project environment's python;
-# $(1) is the architecture.
-dist_env         = PATH=$(abspath $(VENV))/bin:$$PATH $(if $(filter aarch64,$(1)),RUSTC=$(abspath $(DIST_RUSTC)))
+# $(1) is the architecture. Debian's compiler keeps a target directory of its own.
+dist_env         = PATH=$(abspath $(VENV))/bin:$$PATH \
+                   $(if $(filter aarch64,$(1)),RUSTC=$(abspath $(DIST_RUSTC)) CARGO_TARGET_DIR=$(abspath target/debian-rustc))
+dist_target_dir  = $(if $(filter aarch64,$(1)),target/debian-rustc,target)
 comma           := ,
 empty           :=
 DIST_PLATFORMS  := $(subst $(empty) $(empty),$(comma),$(addprefix linux-,$(DIST_ARCHS)))
@@ -239,7 +241,8 @@ dist-native: $(VENV)/.dist-tools $(if $(filter aarch64,$(DIST_ARCHS)),$(DIST_RUS
 	rm -rf build/dist-native
 	$(foreach arch,$(DIST_ARCHS),$(call dist_env,$(arch)) cargo zigbuild --release -p horovod-jni \
 	  --target $(arch)-unknown-linux-gnu.2.17 && mkdir -p build/dist-native/linux-$(arch) && \
-	  cp target/$(arch)-unknown-linux-gnu/release/libhorovod_rs_jni.so build/dist-native/linux-$(arch)/ &&) true
+	  cp $(call dist_target_dir,$(arch))/$(arch)-unknown-linux-gnu/release/libhorovod_rs_jni.so \
+	    build/dist-native/linux-$(arch)/ &&) true
 
 dist-jars: tools dist-native
 	rm -rf $(DIST)/maven
