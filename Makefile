@@ -244,11 +244,12 @@ dist-native: $(VENV)/.dist-tools $(if $(filter aarch64,$(DIST_ARCHS)),$(DIST_RUS
 	  cp $(call dist_target_dir,$(arch))/$(arch)-unknown-linux-gnu/release/libhorovod_rs_jni.so \
 	    build/dist-native/linux-$(arch)/ &&) true
 
+# Each line's release jar builds in build/release/<line>/, apart from the tests' debug jars.
 dist-jars: tools dist-native
 	rm -rf $(DIST)/maven
 	for line in $(LINES); do \
-	  $(call line_gradle,$$line) -PnativeDir=$(abspath build/dist-native) -PmavenDir=$(abspath $(DIST)/maven) \
-	    mavenRepo || exit 1; \
+	  $(GRADLE) --project-cache-dir build/release/$$line/.gradle -PsparkLine=$$line \
+	    -PnativeDir=$(abspath build/dist-native) -PmavenDir=$(abspath $(DIST)/maven) mavenRepo || exit 1; \
 	done
 
 # Every line's jar goes into the wheels (horovod_rs/jars/, there only while maturin packs them);
