@@ -290,3 +290,33 @@ def store_median_rmspe(train_df):
     validation = log_sales.filter(log_sales.Validation).join(medians, 'Store')
     return rmspe(validation.select(F.exp('Sales').alias('actual'), F.exp('median_log_sales').alias('predicted')),
                  'actual', 'predicted')
+
+
+def evaluate(model, train_df):
+    """``(rmspe, baseline)``: the RMSPE of a trained Horovod Model (output column ``Sales_output``,
+    log sales) on the validation rows, predicted through ``transform``, and the store-median
+    baseline's."""
+    validation = model.transform(train_df.filter(train_df.Validation))
+    validation = validation.select(F.exp('Sales').alias('actual'), F.exp('Sales_output').alias('predicted'))
+    return rmspe(validation, 'actual', 'predicted'), store_median_rmspe(train_df)
+
+
+def write_submission(model, test_df, path):
+    """The tutorial's final prediction: ``transform`` on the test rows, sales back from the log
+    domain, ``Id,Sales_pred`` sorted by Id into the CSV file ``path``; returns its row count."""
+    pred_df = model.transform(test_df)
+    pred_df.printSchema()
+    pred_df.show(5)
+
+    # Convert from log domain to real Sales numbers
+    pred_df = pred_df.withColumn('Sales_pred', F.exp(pred_df.Sales_output))
+
+    submission_df = pred_df.select(pred_df.Id.cast(T.IntegerType()), pred_df.Sales_pred).toPandas()
+    if len(submission_df) != test_df.count():
+        raise ValueError('%d predictions for %d test rows' % (len(submission_df), test_df.count()))
+    if submission_df.Sales_pred.isna().any():
+        raise ValueError('%d of the %d predictions are not numbers' % (submission_df.Sales_pred.isna().sum(),
+                                                                      len(submission_df)))
+    submission_df.sort_values(by=['Id']).to_csv(path, index=False)
+    print('Saved predictions to %s' % path)
+    return len(submission_df)
