@@ -12,6 +12,7 @@ import datetime
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import pyspark.sql.functions as F
 import pyspark.sql.types as T
 from pyspark import Row
@@ -314,9 +315,9 @@ def write_submission(model, test_df, path):
     submission_df = pred_df.select(pred_df.Id.cast(T.IntegerType()), pred_df.Sales_pred).toPandas()
     if len(submission_df) != test_df.count():
         raise ValueError('%d predictions for %d test rows' % (len(submission_df), test_df.count()))
-    if submission_df.Sales_pred.isna().any():
-        raise ValueError('%d of the %d predictions are not numbers' % (submission_df.Sales_pred.isna().sum(),
-                                                                      len(submission_df)))
+    finite = np.isfinite(submission_df.Sales_pred.to_numpy(dtype=float))
+    if not finite.all():
+        raise ValueError('%d of the %d predictions are not finite numbers' % ((~finite).sum(), len(finite)))
     submission_df.sort_values(by=['Id']).to_csv(path, index=False)
     print('Saved predictions to %s' % path)
     return len(submission_df)
