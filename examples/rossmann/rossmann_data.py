@@ -118,8 +118,8 @@ def prepare(spark, data_dir, sample_rate=None):
     test_min_date = test_df.agg(F.min(test_df.Date)).collect()[0][0]
     test_max_date = test_df.agg(F.max(test_df.Date)).collect()[0][0]
     one_year = datetime.timedelta(365)
-    train_df = train_df.withColumn('Validation',
-                                   (train_df.Date > test_min_date - one_year) & (train_df.Date <= test_max_date - one_year))
+    train_df = train_df.withColumn('Validation', (train_df.Date > test_min_date - one_year)
+                                   & (train_df.Date <= test_max_date - one_year))
 
     # Determine max Sales number.
     max_sales = train_df.agg(F.max(train_df.Sales)).collect()[0][0]
@@ -221,13 +221,14 @@ def prepare_df(df, tables):
                                                  df.CompetitionOpenSinceMonth)))
     df = df.withColumn('CompetitionDaysOpen',
                        F.when(df.CompetitionOpenSinceYear > 1900,
-                              F.greatest(F.lit(0), F.least(F.lit(360 * 2), F.datediff(df.Date, df.CompetitionOpenSince))))
+                              F.greatest(F.lit(0),
+                                         F.least(F.lit(360 * 2), F.datediff(df.Date, df.CompetitionOpenSince))))
                        .otherwise(0))
     df = df.withColumn('CompetitionMonthsOpen', (df.CompetitionDaysOpen / 30).cast(T.IntegerType()))
 
     # Days & weeks of promotion, cap to 25 weeks.
-    df = df.withColumn('Promo2Since',
-                       F.expr('date_add(format_string("%s-01-01", Promo2SinceYear), (cast(Promo2SinceWeek as int) - 1) * 7)'))
+    df = df.withColumn('Promo2Since', F.expr('date_add(format_string("%s-01-01", Promo2SinceYear), '
+                                             '(cast(Promo2SinceWeek as int) - 1) * 7)'))
     df = df.withColumn('Promo2Days',
                        F.when(df.Promo2SinceYear > 1900,
                               F.greatest(F.lit(0), F.least(F.lit(25 * 7), F.datediff(df.Date, df.Promo2Since))))

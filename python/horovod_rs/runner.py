@@ -8,8 +8,8 @@ launcher exits with the failed process's code.
 ``-H host1:2,host2:2`` (or ``--hostfile FILE`` with ``host slots=N`` lines, the file Open MPI
 reads and Kubeflow's MPI Operator writes) spreads the ranks over hosts in order, filling each
 host's slots (as horovodrun does); processes on other hosts start over ssh (key-based,
-``BatchMode``) in the same working directory. The job's secret reaches them on ssh's standard input, not on a command line,
-and a remote process is stopped when its ssh connection ends.
+``BatchMode``) in the same working directory. The job's secret reaches them on ssh's standard
+input, not on a command line, and a remote process is stopped when its ssh connection ends.
 """
 
 import argparse
