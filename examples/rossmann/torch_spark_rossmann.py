@@ -127,7 +127,7 @@ def main(args):
                                          model=model,
                                          optimizer=optimizer,
                                          loss=lambda output, label: nn.functional.l1_loss(output, label),
-                                         metrics=[exp_rmspe],
+                                         metrics=[[exp_rmspe]],  # one group: this metric on every output
                                          input_shapes=[[-1, 1]] * len(ALL_COLS),
                                          feature_cols=ALL_COLS,
                                          label_cols=['Sales'],
