@@ -77,6 +77,14 @@ class RossmannModel(nn.Module):
             nn.Linear(500, 1))
         # Sigmoid scaled to logarithm of maximum sales scaled by 20%.
         self.output_scale = math.log(max_sales) * 1.2
+        # Keras's initial weights (PyTorch's larger N(0, 1) embeddings drive the scaled sigmoid
+        # into saturation in the first steps, where its gradient vanishes and training stalls).
+        for embedding in self.embeddings:
+            nn.init.uniform_(embedding.weight, -0.05, 0.05)
+        for layer in self.layers:
+            if isinstance(layer, nn.Linear):
+                nn.init.xavier_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def forward(self, *inputs):
         categorical = inputs[:len(CATEGORICAL_COLS)]
