@@ -27,15 +27,11 @@ from tensorflow.keras.layers import Input, Embedding, Concatenate, Dense, Flatte
 import horovod_rs.spark.keras as hvd
 from horovod_rs.spark.common.backend import SparkBackend
 from horovod_rs.spark.common.store import Store
+from horovod_rs.tensorflow.keras.callbacks import BestModelCheckpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rossmann_data  # noqa: E402
 from rossmann_data import ALL_COLS, CATEGORICAL_COLS, CONTINUOUS_COLS  # noqa: E402
-
-try:
-    from horovod_rs.tensorflow.keras.callbacks import BestModelCheckpoint
-except ImportError:  # not in this horovod_rs yet: say so, and use Keras's own equivalent
-    BestModelCheckpoint = None
 
 parser = argparse.ArgumentParser(description='Keras Spark Rossmann Estimator Example on horovod_rs',
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -101,16 +97,6 @@ def build_model(vocab, max_sales):
     return model, act_sigmoid_scaled
 
 
-def best_model_checkpoint():
-    if BestModelCheckpoint is not None:
-        return BestModelCheckpoint(monitor='val_loss', mode='auto', save_freq='epoch')
-    print('NOTE: horovod_rs.tensorflow.keras.callbacks has no BestModelCheckpoint in this build: using '
-          'tf.keras.callbacks.ModelCheckpoint(save_best_only=True), which keeps the same best model')
-    # The estimator sets the file path; Keras 3 only wants it to end in .keras here.
-    return tf.keras.callbacks.ModelCheckpoint('best.keras', monitor='val_loss', mode='auto', save_best_only=True,
-                                              save_freq='epoch')
-
-
 def make_estimator(vocab, max_sales, num_proc, work_dir, batch_size, epochs, learning_rate):
     """The tutorial's KerasEstimator (with its model, metric and checkpoint callback)."""
     model, act_sigmoid_scaled = build_model(vocab, max_sales)
@@ -121,7 +107,7 @@ def make_estimator(vocab, max_sales, num_proc, work_dir, batch_size, epochs, lea
     opt = tf.keras.optimizers.Adam(learning_rate=learning_rate, epsilon=1e-3)
 
     # Checkpoint callback to specify options for the returned Keras model
-    ckpt_callback = best_model_checkpoint()
+    ckpt_callback = BestModelCheckpoint(monitor='val_loss', mode='auto', save_freq='epoch')
 
     # Horovod: run training.
     store = Store.create(work_dir)
