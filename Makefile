@@ -62,7 +62,7 @@ demo: tools jar-release
 demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test scala-example pyspark-test python-test
+test: tools lint cargo-test java-test integration-test scala-example pyspark-test python-test flyte-test
 
 ## Tools ---------------------------------------------------------------------
 
@@ -282,6 +282,44 @@ dist-check:
 	  --packages horovod.rs:horovod-rs-$(LINE):$(VERSION) --repositories file://$(abspath $(DIST)/maven) \
 	  --conf spark.jars.ivy=$(abspath $(DIST_TEST))/ivy --conf spark.plugins=horovod.rs.spark.HorovodPlugin \
 	  --conf spark.ui.enabled=false integration-tests/dist/check_install.py packages
+
+## Rossmann --------------------------------------------------------------------
+
+.PHONY: rossmann rossmann-torch flyte-test
+
+# Horovod's Rossmann tutorial on horovod_rs (examples/rossmann, docs/rossmann.md): data
+# preparation, KerasEstimator with the tutorial's model, transform and a submission file, on
+# generated files with Kaggle's schemas; fails unless the RMSPE on the held-out 2014 rows is
+# below ROSSMANN_MAX_RMSPE. ROSSMANN_DATA=dir runs it on the real Kaggle files instead.
+ROSSMANN_STORES    ?= 60
+ROSSMANN_EPOCHS    ?= 5
+ROSSMANN_MAX_RMSPE ?= 0.2
+ROSSMANN_ARGS      = --master '$(MASTER)' --num-proc 2 --stores $(ROSSMANN_STORES) --epochs $(ROSSMANN_EPOCHS) \
+                     --batch-size 256 --learning_rate 0.001 --work-dir $(abspath build/rossmann) \
+                     --max-val-rmspe $(ROSSMANN_MAX_RMSPE) $(if $(ROSSMANN_DATA),--data-dir $(abspath $(ROSSMANN_DATA)))
+rossmann: $(VENV)/.horovod_rs $(VENV)/.tensorflow $(VENV)/.pytest
+	@mkdir -p build/rossmann
+	cd build/rossmann && $(abspath $(PYTHON)) ../../examples/rossmann/keras_spark_rossmann.py $(ROSSMANN_ARGS)
+
+# The same with horovod_rs.spark.torch.TorchEstimator.
+rossmann-torch: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.pytest
+	@mkdir -p build/rossmann
+	cd build/rossmann && $(abspath $(PYTHON)) ../../examples/rossmann/torch_spark_rossmann.py $(ROSSMANN_ARGS)
+
+# The Rossmann pipeline as a Flyte workflow, run by Flyte's local execution (`pyflyte run`):
+# 8 generated stores, 1 epoch, so it checks the pipeline, not the model (make rossmann does):
+# the task fails unless every test row has a finite prediction in the submission.
+flyte-test: $(VENV)/.horovod_rs $(VENV)/.tensorflow $(VENV)/.pytest $(VENV)/.flyte
+	@mkdir -p build/flyte
+	cd build/flyte && TF_CPP_MIN_LOG_LEVEL=3 $(abspath $(VENV))/bin/pyflyte run ../../examples/rossmann/flyte_rossmann.py \
+	  rossmann --stores 8 --epochs 1 > flyte.log 2>&1 || { tail -40 flyte.log; exit 1; }
+	@grep "rossmann flyte:" build/flyte/flyte.log
+
+# Flyte's SDK and its Spark plugin (their dependencies agree with the project's environment).
+$(VENV)/.flyte:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q flytekit==1.16.31 flytekitplugins-spark==1.16.31
+	touch $@
 
 ## Benchmarks ----------------------------------------------------------------
 

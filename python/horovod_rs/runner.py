@@ -5,10 +5,11 @@ size, the rendezvous service's address and the job's secret), prefixes every out
 its rank, and ends the whole job as soon as one process fails: the others are stopped and the
 launcher exits with the failed process's code.
 
-``-H host1:2,host2:2`` spreads the ranks over hosts in order, filling each host's slots (as
-horovodrun does); processes on other hosts start over ssh (key-based, ``BatchMode``) in the same
-working directory. The job's secret reaches them on ssh's standard input, not on a command line,
-and a remote process is stopped when its ssh connection ends.
+``-H host1:2,host2:2`` (or ``--hostfile FILE`` with ``host slots=N`` lines, the file Open MPI
+reads and Kubeflow's MPI Operator writes) spreads the ranks over hosts in order, filling each
+host's slots (as horovodrun does); processes on other hosts start over ssh (key-based,
+``BatchMode``) in the same working directory. The job's secret reaches them on ssh's standard
+input, not on a command line, and a remote process is stopped when its ssh connection ends.
 """
 
 import argparse
@@ -36,17 +37,29 @@ NOT_FORWARDED = ("HOROVOD_RS_SECRET", "HOROVOD_RS_SSH")
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="horovodrs", description=__doc__.splitlines()[0])
-    parser.add_argument("-np", "--num-proc", type=int, required=True, help="processes to start")
-    parser.add_argument("-H", "--hosts", help="host:slots,... e.g. server1:4,server2:4 (default: this host)")
+    parser.add_argument("-np", "--num-proc", type=int,
+                        help="processes to start (default with -H or --hostfile: every slot they offer)")
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="host:slots,... e.g. server1:4,server2:4 (default: this host)")
+    hosts.add_argument("-hostfile", "--hostfile", help="a file of 'host slots=N' lines (Open MPI's hostfile)")
     parser.add_argument("-p", "--ssh-port", type=int, help="ssh port of the other hosts")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every process runs")
     args = parser.parse_args(argv)
-    if args.num_proc < 1:
-        parser.error("-np must be at least 1")
     if not args.command:
         parser.error("give the command to run, e.g. horovodrs -np 2 python train.py")
     try:
-        args.slots = assign_slots(parse_hosts(args.hosts), args.num_proc) if args.hosts else None
+        hosts, source = (parse_hosts(args.hosts), "-H") if args.hosts else \
+            (parse_hostfile(args.hostfile), "hostfile %s" % args.hostfile) if args.hostfile else (None, None)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.num_proc is None:
+        if hosts is None:
+            parser.error("give -np, the number of processes to start (or -H / --hostfile to use all their slots)")
+        args.num_proc = sum(slots for _, slots in hosts)
+    if args.num_proc < 1:
+        parser.error("-np must be at least 1")
+    try:
+        args.slots = assign_slots(hosts, args.num_proc, source) if hosts else None
     except ValueError as e:
         parser.error(str(e))
     return args
@@ -56,20 +69,66 @@ def parse_hosts(spec):
     """``"a:2,b:4"`` -> ``[("a", 2), ("b", 4)]``; a host without ``:slots`` has one slot."""
     hosts = []
     for item in spec.split(","):
-        name, _, slots = item.strip().partition(":")
-        if not name or (slots and not slots.isdigit()) or slots == "0":
-            raise ValueError("-H %r: each entry is host or host:slots with slots >= 1" % spec)
-        if any(name == h for h, _ in hosts):
-            raise ValueError("-H %r lists %s twice" % (spec, name))
-        hosts.append((name, int(slots or 1)))
+        _add_host(hosts, _host_entry(item.strip(), "-H %r: each entry is host or host:slots with slots >= 1" % spec),
+                  "-H %r" % spec)
     return hosts
 
 
-def assign_slots(hosts, num_proc):
-    """One ``(host, local_rank, local_size, cross_rank)`` per rank, filling hosts in order."""
+def parse_hostfile(path):
+    """Horovod's host file (Open MPI's format, which Kubeflow's MPI Operator writes): one host a
+    line, ``host slots=N`` (``max_slots=M`` is accepted and ignored), ``host`` alone for one slot
+    or ``host:N``; ``#`` starts a comment, blank lines are skipped. -> ``[(host, slots), ...]``"""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ValueError("cannot read the hostfile: %s" % e) from None
+    hosts = []
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        where = "hostfile %s line %d (%r)" % (path, number, line.strip())
+        expected = "%s: expected 'host slots=N' with N >= 1" % where
+        name, slots = _host_entry(words[0], expected)
+        for word in words[1:]:
+            key, equals, value = word.partition("=")
+            if key == "slots" and equals and ":" not in words[0]:
+                slots = _slot_count(value, expected)
+            elif key != "max_slots" or not equals:
+                raise ValueError(expected)
+        _add_host(hosts, (name, slots), "hostfile %s" % path)
+    if not hosts:
+        raise ValueError("hostfile %s names no host" % path)
+    return hosts
+
+
+def _host_entry(item, message):
+    """``"host"`` or ``"host:slots"`` -> ``(host, slots)``; ``message`` is the error."""
+    name, colon, slots = item.partition(":")
+    if not name:
+        raise ValueError(message)
+    return name, _slot_count(slots, message) if colon else 1
+
+
+def _slot_count(text, message):
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(message)
+    return int(text)
+
+
+def _add_host(hosts, host, source):
+    if any(host[0] == h for h, _ in hosts):
+        raise ValueError("%s lists %s twice" % (source, host[0]))
+    hosts.append(host)
+
+
+def assign_slots(hosts, num_proc, source="-H"):
+    """One ``(host, local_rank, local_size, cross_rank)`` per rank, filling hosts in order
+    (``source`` names where the hosts came from, for the error)."""
     total = sum(slots for _, slots in hosts)
     if total < num_proc:
-        raise ValueError("-np %d needs %d slots; -H offers %d" % (num_proc, num_proc, total))
+        raise ValueError("-np %d needs %d slots; %s offers %d" % (num_proc, num_proc, source, total))
     used, left = [], num_proc
     for host, slots in hosts:
         if left == 0:

@@ -56,6 +56,31 @@ def test_distributed_fit_matches_one_process_on_the_full_batch():
     assert np.allclose(losses, losses[0]), "MetricAverageCallback leaves every rank the same loss"
 
 
+def test_embedding_gradients_are_averaged_like_dense_ones():
+    # An Embedding's gradient reaches the optimizer as IndexedSlices, not a dense tensor.
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 5, size=(8 * N, 1))
+    y = rng.normal(size=(8 * N, 1)).astype("float32")
+
+    def embedding_model(seed):
+        tf.keras.utils.set_random_seed(seed)
+        return tf.keras.Sequential([tf.keras.Input((1,), dtype="int32"), tf.keras.layers.Embedding(5, 2),
+                                    tf.keras.layers.Flatten(), tf.keras.layers.Dense(1)])
+
+    net = embedding_model(seed=200 + R)
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1)), loss="mse")
+    shard = slice(8 * R, 8 * (R + 1))
+    net.fit(ids[shard], y[shard], batch_size=8, epochs=3, shuffle=False, verbose=0,
+            callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    weights = np.concatenate([w.reshape(-1) for w in net.get_weights()])
+    everyone = arrays.allgather(weights[None, :], name="k.embedding.weights")
+    assert all(np.array_equal(everyone[r], everyone[0]) for r in range(N)), "ranks differ"
+    single = embedding_model(seed=200)
+    single.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    single.fit(ids, y, batch_size=8 * N, epochs=3, shuffle=False, verbose=0)
+    assert np.allclose(weights, np.concatenate([w.reshape(-1) for w in single.get_weights()]), atol=1e-5)
+
+
 def test_fp16_compression_keeps_ranks_identical_and_close_to_uncompressed():
     x, y = data()
     shard = slice(16 * R, 16 * (R + 1))

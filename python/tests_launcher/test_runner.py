@@ -108,3 +108,60 @@ def test_a_stalled_tensor_is_reported_on_stderr_naming_the_missing_rank():
     warnings = [line for line in out.stderr.splitlines() if "tensor 'late' has waited" in line]
     assert warnings and warnings[0].startswith("[0]<stderr>:"), out.stderr
     assert "[horovod-rs WARN]" in warnings[0] and "for ranks [1]" in warnings[0], warnings[0]
+
+
+MPI_OPERATOR_HOSTFILE = """# as Kubeflow's MPI Operator writes it (Open MPI's hostfile format)
+localhost slots=1
+
+127.0.0.2 slots=2 max_slots=2   # the second host
+"""
+
+
+def test_a_hostfile_places_the_ranks_and_gives_the_default_number_of_processes(tmp_path):
+    env, seen = _with_fake_ssh(tmp_path)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(MPI_OPERATOR_HOSTFILE)
+    script = ("import torch; import horovod_rs.torch as hvd; hvd.init()\n"
+              "s = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)\n"
+              "print(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), int(s))\n")
+    out = subprocess.run(HOROVODRS + ["--hostfile", str(hostfile), sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 3 0 1 0 3", "[1]<stdout>:1 3 0 2 1 3",
+                                               "[2]<stdout>:2 3 1 2 1 3"]
+    assert seen.read_text().split() == ["127.0.0.2", "127.0.0.2"]
+
+
+def test_horovods_spelling_and_fewer_processes_than_slots(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=4\n")
+    out = subprocess.run(HOROVODRS + ["-np", "2", "-hostfile", str(hostfile), sys.executable, "-c",
+                                      "import os; print(os.environ['HOROVOD_LOCAL_SIZE'])"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:2", "[1]<stdout>:2"]
+
+
+def test_bad_hostfiles_are_refused_naming_the_file_and_line(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    cases = {
+        "node-0 slots=1\nnode-1 slots=two\n": "line 2 ('node-1 slots=two'): expected 'host slots=N' with N >= 1",
+        "node-0 slots=0\n": "line 1 ('node-0 slots=0'): expected 'host slots=N'",
+        "node-0 cpus=4\n": "line 1 ('node-0 cpus=4'): expected 'host slots=N'",
+        "node-0 slots=1\nnode-0 slots=2\n": "lists node-0 twice",
+        "# nothing but a comment\n\n": "names no host",
+        "a slots=1\nb slots=2\n": "-np 4 needs 4 slots; hostfile %s offers 3" % hostfile,
+    }
+    for content, message in cases.items():
+        hostfile.write_text(content)
+        out = subprocess.run(HOROVODRS + ["-np", "4", "--hostfile", str(hostfile), "true"], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 2 and message in out.stderr, (content, out.stderr)
+    missing = subprocess.run(HOROVODRS + ["--hostfile", str(tmp_path / "absent"), "true"], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 2 and "cannot read the hostfile" in missing.stderr, missing.stderr
+    both = subprocess.run(HOROVODRS + ["-H", "a:1", "--hostfile", str(hostfile), "true"], capture_output=True,
+                          text=True, timeout=60)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
+    no_np = subprocess.run(HOROVODRS + ["true"], capture_output=True, text=True, timeout=60)
+    assert no_np.returncode == 2 and "give -np" in no_np.stderr, no_np.stderr

@@ -75,7 +75,10 @@ def _average_gradients(grads, op, compression, process_set):
         reduced = arrays.allreduce_many([p[0] for p in pairs], names, op=op, process_set=process_set)
         return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
 
-    present = [(i, g) for i, g in enumerate(grads) if g is not None]
+    # An embedding's gradient is IndexedSlices (rows and their indices): averaged as a dense
+    # tensor, as Horovod's sparse_as_dense=True does, which gives the same values.
+    present = [(i, tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g)
+               for i, g in enumerate(grads) if g is not None]
     reduced = tf.py_function(exchange, [g for _, g in present], Tout=[g.dtype for _, g in present])
     out = list(grads)
     for (i, g), r in zip(present, reduced):
