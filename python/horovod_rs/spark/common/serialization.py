@@ -31,12 +31,10 @@ def write_bytes(sc, path, data):
 
 def read_bytes(sc, path):
     hadoop_path, fs = _jvm_path(sc, path)
-    length = fs.getFileStatus(hadoop_path).getLen()
     stream = fs.open(hadoop_path)
     try:
-        data = sc._gateway.new_array(sc._jvm.byte, length)
-        stream.readFully(0, data)
-        return bytes(data)
+        # A byte[] returned by Java arrives as bytes (one filled in place through py4j does not).
+        return bytes(sc._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
     finally:
         stream.close()
 
