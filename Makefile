@@ -115,8 +115,14 @@ scala-example: jar
 # The PySpark user's path: horovod_rs.spark.ml wraps the JVM estimator, and
 # horovod_rs.spark.run runs functions in the Python workers (PYSPARK_PYTHON is
 # the project environment, where horovod_rs is installed).
-pyspark-test: jar $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch
+pyspark-test: jar $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.estimator-extras
 	HOROVOD_RS_JAR=$(abspath $(JAR)) $(VENV)/bin/pytest -q -p no:cacheprovider integration-tests/python
+
+# The Torch and Lightning estimators' tests: the extras spark, torch and lightning of
+# python/pyproject.toml.
+$(VENV)/.estimator-extras: | $(VENV)/.torch
+	$(VENV)/bin/pip install -q pyarrow pandas fsspec tensorboard pytorch-lightning
+	touch $@
 
 $(VENV)/.pytest:
 	test -x $(PYTHON) || python3 -m venv $(VENV)

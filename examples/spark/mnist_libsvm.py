@@ -1,5 +1,6 @@
 """Writes an MNIST-like data set in LIBSVM format (``mnist.bz2``), where Horovod's Spark MNIST
-examples look for the real one: 28x28 grey images as 784 features with values 0-255, labels 0-9.
+examples look for the real one: 28x28 grey images as 784 features with values in [0, 1] (as
+LIBSVM's scaled MNIST), labels 0-9.
 
 Each class is a fixed random pattern of strokes; an image is its class's pattern, shifted by up
 to two pixels, with random intensity and noise. A small convolutional net tells the classes apart
@@ -30,7 +31,7 @@ def class_patterns(rng, classes=10, strokes=4):
 
 
 def images(rng, patterns, rows):
-    """``rows`` labels and images (uint8, 0-255)."""
+    """``rows`` labels and images (784 values in [0, 1], two decimals)."""
     labels = rng.integers(0, len(patterns), size=rows)
     shifts = rng.integers(-2, 3, size=(rows, 2))
     out = np.empty((rows, SIDE, SIDE), dtype=np.float32)
@@ -40,13 +41,13 @@ def images(rng, patterns, rows):
     out += rng.normal(0.0, 0.08, size=out.shape)
     out = np.clip(out, 0.0, 1.0)
     out[out < 0.15] = 0.0  # sparse, as real digits on a black background
-    return labels, np.round(out * 255).astype(np.uint8).reshape(rows, SIDE * SIDE)
+    return labels, np.round(out, 2).reshape(rows, SIDE * SIDE)
 
 
 def libsvm_lines(labels, pixels):
     for label, row in zip(labels, pixels):
         nonzero = np.flatnonzero(row)
-        yield "%d %s\n" % (label, " ".join("%d:%d" % (i + 1, row[i]) for i in nonzero))
+        yield "%d %s\n" % (label, " ".join("%d:%g" % (i + 1, row[i]) for i in nonzero))
 
 
 def write(path, rows, seed=0):

@@ -28,6 +28,7 @@ def strategy_class(package):
 
     rank_zero_only = importlib.import_module(package + ".utilities.rank_zero").rank_zero_only
     LightningOptimizer = importlib.import_module(package + ".core.optimizer").LightningOptimizer
+    TrainerFn = importlib.import_module(package + ".trainer.states").TrainerFn
     _OPS = {"mean": hvd.Average, "avg": hvd.Average, "sum": hvd.Sum, "max": hvd.Max, "min": hvd.Min}
 
     class HorovodRsStrategy(pl.strategies.ParallelStrategy):
@@ -73,7 +74,7 @@ def strategy_class(package):
 
         def setup(self, trainer):
             super().setup(trainer)
-            if not trainer.training:
+            if trainer.state.fn != TrainerFn.FITTING:
                 return
             size = self.world_size
             for optimizer in self._plain_optimizers():
