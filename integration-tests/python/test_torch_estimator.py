@@ -88,8 +88,12 @@ def test_two_inputs_two_outputs_weights_validation_column_and_persistence(spark,
     df = spark.createDataFrame(regression(spark, 600).collect())  # the same rows in every job
     store = Store.create(str(tmp_path / "store"))
     net = TwoHeads()
+
+    def cross_entropy(out, y, reduction="mean"):
+        return F.cross_entropy(out, y.long(), reduction=reduction)
+
     est = estimator(store, model=net, optimizer=torch.optim.Adam(net.parameters(), lr=0.01),
-                    loss=[F.mse_loss, lambda out, y, reduction="mean": F.cross_entropy(out, y.long(), reduction=reduction)],
+                    loss=[F.mse_loss, cross_entropy],
                     loss_weights=[0.5, 0.5], feature_cols=["features", "x3"], label_cols=["y", "label"],
                     sample_weight_col="weight", validation="isVal", epochs=1)
     pipeline = Pipeline(stages=[est]).fit(df)
@@ -121,13 +125,15 @@ def test_estimator_saves_and_loads(spark, tmp_path):
     assert isinstance(loaded.getModel(), Linear) and loaded.getLoss() is F.mse_loss
 
 
-def test_resumes_a_run_by_id(spark, tmp_path):
+def test_resumes_a_run_by_id_with_fp16_gradients_and_loss_constructors(spark, tmp_path):
     df = spark.createDataFrame(regression(spark, 400).collect())
     store = Store.create(str(tmp_path))
-    first = estimator(store, run_id="run1", epochs=1).fit(df)
+    options = dict(run_id="run1", loss=None, loss_constructors=[lambda **context: nn.MSELoss()],
+                   gradient_compression=hvd.Compression.fp16, backward_passes_per_step=2)
+    first = estimator(store, epochs=1, **options).fit(df)
     state = json.loads(store.read(os.path.join(store.get_run_path("run1"), "state.json")))
     assert state["epochs_done"] == 1
-    second = estimator(store, run_id="run1", epochs=2).fit(df)
+    second = estimator(store, epochs=2, **options).fit(df)
     history = second.getHistory()
     assert [h["epoch"] for h in history] == [0, 1]
     assert history[0] == first.getHistory()[0]  # epoch 0 was not trained again

@@ -3,9 +3,10 @@
 A model travels as a ``torch.save`` file written with cloudpickle, so a model class defined in
 the user's own code (a script, a notebook, a module outside site-packages) reaches the executors
 by value; the file loads with ``torch.load(path, weights_only=False)`` wherever cloudpickle is
-installed. A TorchScript module travels as ``torch.jit.save`` bytes. An optimizer travels as its class, its ``state_dict`` and
-the position of each of its parameters among ``model.parameters()``: optimizers hold their
-parameters by identity, so they are rebuilt around the parameters of the model they step.
+installed. A TorchScript module travels as ``torch.jit.save`` bytes. An optimizer travels as its
+class, its ``state_dict`` and the position of each of its parameters among ``model.parameters()``:
+optimizers hold their parameters by identity, so they are rebuilt around the parameters of the
+model they step.
 """
 
 import contextlib
