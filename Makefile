@@ -168,9 +168,14 @@ $(addprefix scala-example-,$(TESTED_LINES)): scala-example-%: spark-envs jar-%
 # The Python estimators (KerasEstimator, ...) train in the same Python workers.
 pyspark-test: $(addprefix pyspark-test-,$(TESTED_LINES))
 $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(VENV)/.pytest $(VENV)/.horovod_rs \
-                                                         $(VENV)/.torch $(VENV)/.tensorflow
+                                                         $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
 	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider integration-tests/python
+
+# The Lightning estimator's tests need Lightning (the `lightning` extra of python/pyproject.toml).
+$(VENV)/.estimator-extras: | $(VENV)/.torch
+	$(VENV)/bin/pip install -q pytorch-lightning
+	touch $@
 
 # pyarrow, pandas and fsspec: what the Python estimators need besides pyspark (the `spark` extra).
 $(VENV)/.pytest:

@@ -33,7 +33,8 @@ def read_bytes(sc, path):
     hadoop_path, fs = _jvm_path(sc, path)
     stream = fs.open(hadoop_path)
     try:
-        return bytes(sc._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))  # py4j returns byte[] as bytes
+        # A byte[] returned by Java arrives as bytes (one filled in place through py4j does not).
+        return bytes(sc._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
     finally:
         stream.close()
 

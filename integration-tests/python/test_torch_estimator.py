@@ -1,0 +1,158 @@
+"""horovod_rs.spark.torch on a real local-cluster: Horovod's TorchEstimator and TorchModel."""
+
+import json
+import os
+
+import pytest
+import torch
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.feature import VectorAssembler
+from torch import nn
+from torch.nn import functional as F
+
+import horovod_rs.torch as hvd
+from horovod_rs.spark.common.job import HorovodRunError
+from horovod_rs.spark.common.store import Store
+from horovod_rs.spark.torch import TorchEstimator, TorchModel
+
+
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+
+    def forward(self, features):
+        return self.layer(features)
+
+
+class TwoHeads(nn.Module):
+    """Two inputs (a 2-wide vector and a scalar), two outputs (a value and 3 class scores)."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(3, 16)
+        self.value = nn.Linear(16, 1)
+        self.scores = nn.Linear(16, 3)
+
+    def forward(self, features, x3):
+        h = torch.relu(self.hidden(torch.cat([features, x3.reshape(-1, 1)], dim=1)))
+        return self.value(h), self.scores(h)
+
+
+class FailsOnRankOne(Linear):
+    def forward(self, features):
+        if hvd.rank() == 1:
+            raise RuntimeError("rank one fails on purpose")
+        return super().forward(features)
+
+
+def regression(spark, rows=2000):
+    df = spark.range(0, rows).selectExpr("rand(1) * 2 - 1 AS x1", "rand(2) * 2 - 1 AS x2", "id % 3 AS label",
+                                         "rand(3) < 0.2 AS isVal", "CAST(1 + id % 2 AS float) AS weight")
+    df = df.selectExpr("*", "2 * x1 - 3 * x2 + 0.5 AS y", "x1 * x2 AS x3")
+    return VectorAssembler(inputCols=["x1", "x2"], outputCol="features").transform(df)
+
+
+def estimator(store, **kwargs):
+    model = kwargs.pop("model", None) or Linear()
+    params = dict(num_proc=2, store=store, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                  loss=F.mse_loss, feature_cols=["features"], label_cols=["y"], batch_size=32, epochs=2,
+                  random_seed=1, verbose=0)
+    params.update(kwargs)
+    return TorchEstimator(**params)
+
+
+def test_fits_learns_and_transforms(spark, tmp_path):
+    df = regression(spark)
+    store = Store.create(str(tmp_path))
+    model = estimator(store, epochs=3, validation=0.2, metrics=[[lambda out, y: (out - y).abs().mean()]]).fit(df)
+    history = model.getHistory()
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert set(history[-1]) == {"epoch", "train", "validation"}
+    assert history[-1]["validation"]["loss"] < 0.05, history
+    assert history[-1]["train"]["loss"] < history[0]["train"]["loss"]
+    assert list(history[-1]["train"]["all_metrics"][0]) == ["group_0_y"]
+    predicted = model.transform(df)
+    assert dict(predicted.dtypes)["y__output"] == "double"  # the label's type
+    mse = predicted.selectExpr("avg(pow(y__output - y, 2))").first()[0]
+    assert mse < 0.05
+    # The returned model and optimizer: eval mode, the user's learning rate (not times the ranks).
+    assert not model.getModel().training
+    optimizer = model.getOptimizer()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    assert all(p is q for p, q in zip(optimizer.param_groups[0]["params"], model.getModel().parameters()))
+    assert store.exists(store.get_logs_path(model.getRunId()))  # TensorBoard events
+
+
+def test_two_inputs_two_outputs_weights_validation_column_and_persistence(spark, tmp_path):
+    df = spark.createDataFrame(regression(spark, 600).collect())  # the same rows in every job
+    store = Store.create(str(tmp_path / "store"))
+    net = TwoHeads()
+
+    def cross_entropy(out, y, reduction="mean"):
+        return F.cross_entropy(out, y.long(), reduction=reduction)
+
+    est = estimator(store, model=net, optimizer=torch.optim.Adam(net.parameters(), lr=0.01),
+                    loss=[F.mse_loss, cross_entropy],
+                    loss_weights=[0.5, 0.5], feature_cols=["features", "x3"], label_cols=["y", "label"],
+                    sample_weight_col="weight", validation="isVal", epochs=1)
+    pipeline = Pipeline(stages=[est]).fit(df)
+    model = pipeline.stages[0]
+    assert isinstance(model, TorchModel) and "validation" in model.getHistory()[0]
+    out = pipeline.transform(df).select("x1", "y__output", "label__output")
+    types = dict(out.dtypes)
+    assert types["label__output"] == "vector" and types["y__output"] == "double"
+    expected = sorted((r.x1, r.y__output, tuple(r.label__output)) for r in out.collect())
+    assert all(len(v) == 3 for _, _, v in expected)
+
+    pipeline.write().overwrite().save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    again = loaded.transform(df).select("x1", "y__output", "label__output").collect()
+    assert sorted((r.x1, r.y__output, tuple(r.label__output)) for r in again) == expected
+    model.write().overwrite().save(str(tmp_path / "model"))
+    reloaded = TorchModel.load(str(tmp_path / "model"))
+    assert reloaded.getHistory() == model.getHistory()
+    assert reloaded.getOptimizer().param_groups[0]["lr"] == pytest.approx(0.01)
+    # The saved framework file loads with torch alone.
+    assert isinstance(torch.load(str(tmp_path / "model" / "data" / "model.pt"), weights_only=False), nn.Module)
+
+
+def test_estimator_saves_and_loads(spark, tmp_path):
+    est = estimator(Store.create(str(tmp_path)), input_shapes=[[-1, 2]], epochs=3)
+    est.write().overwrite().save(str(tmp_path / "estimator"))
+    loaded = TorchEstimator.load(str(tmp_path / "estimator"))
+    assert loaded.getEpochs() == 3 and loaded.getInputShapes() == [[-1, 2]]
+    assert isinstance(loaded.getModel(), Linear) and loaded.getLoss() is F.mse_loss
+
+
+def test_resumes_a_run_by_id_with_fp16_gradients_and_loss_constructors(spark, tmp_path):
+    df = spark.createDataFrame(regression(spark, 400).collect())
+    store = Store.create(str(tmp_path))
+    options = dict(run_id="run1", loss=None, loss_constructors=[lambda **context: nn.MSELoss()],
+                   gradient_compression=hvd.Compression.fp16, backward_passes_per_step=2)
+    first = estimator(store, epochs=1, **options).fit(df)
+    state = json.loads(store.read(os.path.join(store.get_run_path("run1"), "state.json")))
+    assert state["epochs_done"] == 1
+    second = estimator(store, epochs=2, **options).fit(df)
+    history = second.getHistory()
+    assert [h["epoch"] for h in history] == [0, 1]
+    assert history[0] == first.getHistory()[0]  # epoch 0 was not trained again
+
+
+def test_missing_column_fails_on_the_driver(spark, tmp_path):
+    with pytest.raises(ValueError, match="column 'nope' not found in the DataFrame"):
+        estimator(Store.create(str(tmp_path)), feature_cols=["nope"]).fit(regression(spark, 100))
+
+
+def test_bad_params_are_named():
+    with pytest.raises(ValueError, match="only one of loss_constructors and loss"):
+        TorchEstimator(loss=F.mse_loss, loss_constructors=[lambda **kw: F.mse_loss])
+    with pytest.raises(ValueError, match="backward_passes_per_step must be > 0"):
+        TorchEstimator(backward_passes_per_step=0)
+    with pytest.raises(TypeError, match="epoch"):
+        TorchEstimator(epoch=3)
+
+
+def test_a_failing_rank_is_named(spark, tmp_path):
+    with pytest.raises(HorovodRunError, match="(?s)rank 1 of 2 failed.*rank one fails on purpose"):
+        estimator(Store.create(str(tmp_path)), model=FailsOnRankOne()).fit(regression(spark, 200))

@@ -1,0 +1,138 @@
+"""What lets Horovod's Lightning scripts, written for Lightning 1.x, run on Lightning 2.x:
+
+- a plain ``torch.nn.Module`` with an optimizer and a loss (Horovod's "legacy" estimator use)
+  becomes a ``LightningModule`` whose steps compute the TorchEstimator's loss;
+- a module's ``training_epoch_end(outputs)`` / ``validation_epoch_end(outputs)`` (removed in
+  Lightning 2.0, which refuses modules that define them) are called from the 2.x hooks with the
+  steps' outputs, as 1.x did;
+- callbacks' ``on_init_start``/``on_init_end`` and ``on_epoch_end`` (removed in 1.8; 2.x never
+  calls them) are called: the first two once the Trainer exists, the last after every training
+  and validation epoch, as 1.x did.
+"""
+
+from horovod_rs.spark.torch import remote as torch_remote
+from horovod_rs.spark.torch import util
+
+LEGACY_EPOCH_END = {"training_epoch_end": ("train", "training_step", "on_train_epoch_end"),
+                    "validation_epoch_end": ("val", "validation_step", "on_validation_epoch_end")}
+
+
+def to_lightning_module(pl, model, optimizer_cls, optimizer_state, parameter_order, loss_fns, loss_weights, spec,
+                        input_shapes, label_shapes):
+    """``model`` inside a LightningModule that trains it as the TorchEstimator would."""
+    import torch
+
+    transform_outputs = torch_remote._transform_outputs_fn(label_shapes)
+    calculate_loss = torch_remote._calculate_loss_fn()
+    shapes = list(input_shapes) if input_shapes else [None] * len(spec.feature_cols)
+
+    class LegacyModule(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self._model = model
+
+        def forward(self, *inputs):
+            return self._model(*inputs)
+
+        def configure_optimizers(self):
+            state = torch.load(_bytes_io(optimizer_state), weights_only=False)
+            return util.rebuild_optimizer(optimizer_cls, state, parameter_order, self._model)
+
+        def _loss(self, batch):
+            inputs = [torch_remote.shaped(batch[c].float(), shape, c) for c, shape in zip(spec.feature_cols, shapes)]
+            labels = [batch[c].float() for c in spec.label_cols]
+            weights = batch[spec.sample_weight_col].float().reshape(-1) if spec.sample_weight_col else None
+            outputs, labels = transform_outputs(self(*inputs), labels)
+            return calculate_loss(outputs, labels, loss_weights, loss_fns, weights)
+
+        def training_step(self, batch, batch_idx):
+            loss = self._loss(batch)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            loss = self._loss(batch)
+            self.log("val_loss", loss)
+            return loss
+
+    return LegacyModule()
+
+
+def _bytes_io(data):
+    import io
+
+    return io.BytesIO(data)
+
+
+def adapt_epoch_end_hooks(module):
+    """Gives ``module`` a subclass that hides its Lightning 1.x ``*_epoch_end(outputs)`` hooks from
+    Lightning 2.x and calls them at each epoch's end with the outputs its steps returned."""
+    cls = type(module)
+    legacy = {name: getattr(cls, name) for name in LEGACY_EPOCH_END if callable(getattr(cls, name, None))}
+    if not legacy:
+        return module
+    namespace = {name: None for name in LEGACY_EPOCH_END}
+    for name, hook in legacy.items():
+        stage, step_name, end_name = LEGACY_EPOCH_END[name]
+        namespace[step_name] = _recording_step(getattr(cls, step_name), stage)
+        namespace[end_name] = _calling_epoch_end(hook, getattr(cls, end_name), stage)
+    module.__class__ = type(cls.__name__, (cls,), namespace)
+    module._horovod_rs_step_outputs = {}
+    return module
+
+
+def _recording_step(step, stage):
+    def recorded(self, *args, **kwargs):
+        output = step(self, *args, **kwargs)
+        if output is not None:  # Lightning 1.x left out steps that returned nothing
+            self._horovod_rs_step_outputs.setdefault(stage, []).append(_detached(output))
+        return output
+
+    return recorded
+
+
+def _calling_epoch_end(legacy_hook, epoch_end, stage):
+    def on_epoch_end(self):
+        legacy_hook(self, self._horovod_rs_step_outputs.pop(stage, []))
+        epoch_end(self)
+
+    return on_epoch_end
+
+
+def _detached(output):
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.detach()
+    if isinstance(output, dict):
+        return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in output.items()}
+    return output
+
+
+def callback_hooks(pl, callbacks):
+    """A callback calling the user's callbacks' ``on_epoch_end`` after every training and validation
+    epoch (None when no callback has one)."""
+    targets = [c for c in callbacks if callable(getattr(c, "on_epoch_end", None))]
+    if not targets:
+        return None
+
+    class LegacyEpochEnd(pl.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            for callback in targets:
+                callback.on_epoch_end(trainer, module)
+
+        def on_validation_epoch_end(self, trainer, module):
+            for callback in targets:
+                callback.on_epoch_end(trainer, module)
+
+    return LegacyEpochEnd()
+
+
+def call_init_hooks(callbacks, trainer):
+    """``on_init_start`` then ``on_init_end`` of the callbacks that still define them, once the
+    Trainer exists (1.x called them while building it)."""
+    for hook in ("on_init_start", "on_init_end"):
+        for callback in callbacks:
+            method = getattr(callback, hook, None)
+            if callable(method):
+                method(trainer)

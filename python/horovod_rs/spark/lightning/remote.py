@@ -1,0 +1,220 @@
+"""What each rank of a Lightning TorchEstimator fit runs: load its share of the rows, and run a
+Lightning ``Trainer`` with the horovod_rs strategy over data loaders that give every rank the
+same number of batches per epoch (dicts of column tensors, as Horovod's Petastorm loaders gave).
+
+After every epoch (training and validation) the ranks average the metrics the module logged;
+rank 0 prints them, writes a Lightning checkpoint through ``RunWriter`` (so ``run_id`` resumes
+with the optimizer, loops and callbacks as they were) and syncs the run (TensorBoard logs,
+the user's ``ModelCheckpoint`` files) to the store. Rank 0 returns the model's final weights
+(the best checkpoint's, with a ``ModelCheckpoint``) and the last epoch's averaged metrics.
+"""
+
+import importlib
+import io
+import os
+
+import cloudpickle
+
+from horovod_rs.spark.common import remote as common
+from horovod_rs.spark.common.checkpoint import RunWriter
+from horovod_rs.spark.lightning import legacy
+from horovod_rs.spark.lightning.strategy import strategy_class
+from horovod_rs.spark.torch import device as devices
+from horovod_rs.spark.torch import util
+from horovod_rs.spark.torch.remote import _temporary_dir
+
+CHECKPOINT_EXTENSION = ".ckpt"
+
+
+def make_trainer(settings):
+    """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by the estimator."""
+
+    def train(rank, batches):
+        return _train(settings, rank, batches)
+
+    return train
+
+
+def _train(s, rank, batches):
+    import horovod_rs.torch as hvd
+
+    pl = importlib.import_module(s["package"])
+    devices.limit_threads()
+    verbose = s["verbose"] if rank == 0 else 0
+    if s["random_seed"] is not None:
+        pl.seed_everything(s["random_seed"], verbose=False)
+    device = devices.training_device(hvd, s["use_gpu"] and s["num_gpus"] != 0, verbose)
+    share = common.load_share(batches, s["data"], hvd.local_size(), lend_rows=s["batch_size"])
+    try:
+        return _fit(s, rank, hvd, pl, device, share, verbose)
+    finally:
+        share.close()
+
+
+def _fit(s, rank, hvd, pl, device, share, verbose):
+    import torch
+
+    spec, size = s["data"], hvd.size()
+    model = util.deserialize_model(s["model"])
+    if s["legacy"] is not None:
+        model = _legacy_module(pl, model, s["legacy"], spec, s)
+    else:
+        model = legacy.adapt_epoch_end_hooks(model)
+
+    batch_size = s["batch_size"]
+    steps = s["train_steps_per_epoch"] or common.steps(share.train_rows, batch_size, size, "floor")
+    val_batch = s["val_batch_size"] or batch_size
+    val_steps = (s["validation_steps_per_epoch"] or common.steps(share.val_rows, val_batch, size, "floor")) \
+        if share.val is not None else 0
+    seed = None if s["random_seed"] is None else s["random_seed"] + rank
+    train_loader = _loader(share.train.stream(batch_size, s["shuffle"], seed, s["shuffle_buffer_size"]), steps)
+    val_loader = _loader(share.val.stream(val_batch, shuffle=False), val_steps) if val_steps else None
+    if s["debug_data_loader"] or verbose:
+        print("horovod_rs: rank %d of %d: %d training rows (%d steps of %d per epoch)%s" % (
+            rank, size, share.train_rows, steps, batch_size,
+            ", %d validation rows (%d steps of %d)" % (share.val_rows, val_steps, val_batch) if val_steps else ""))
+
+    remote_store = s["store"]
+    saving = remote_store is not None and remote_store.saving_runs
+    output_dir = remote_store.get_local_output_dir if remote_store is not None else _temporary_dir()
+    with output_dir() as run_dir:
+        logs_dir = os.path.join(run_dir, remote_store.logs_subdir if remote_store is not None else "logs")
+        user_callbacks = cloudpickle.loads(s["callbacks"]) or []
+        checkpoint_callback = _user_checkpoint(pl, user_callbacks, run_dir)
+        writer = RunWriter(run_dir, remote_store.sync if saving else None, CHECKPOINT_EXTENSION) if rank == 0 else None
+        history = dict(s["resume"][0]["history"]) if s["resume"] is not None else {}
+        callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose)]
+        legacy_hooks = legacy.callback_hooks(pl, user_callbacks)
+        if legacy_hooks is not None:
+            callbacks.append(legacy_hooks)
+        if s["terminate_on_nan"]:
+            callbacks.append(_terminate_on_nan(pl))
+        kwargs = {
+            "strategy": strategy_class(s["package"])(device, compression=cloudpickle.loads(s["gradient_compression"])),
+            "accelerator": "gpu" if device.type == "cuda" else "cpu",
+            "devices": 1,
+            "callbacks": callbacks,
+            "max_epochs": s["epochs"],
+            "logger": _logger(pl, s, logs_dir, verbose),
+            "log_every_n_steps": s["log_every_n_steps"],
+            "num_sanity_val_steps": 0,
+            "enable_progress_bar": False,
+            "enable_model_summary": bool(verbose),
+            "enable_checkpointing": checkpoint_callback is not None,
+            "default_root_dir": run_dir,
+            "profiler": s["profiler"],
+            "use_distributed_sampler": False,
+        }
+        kwargs.update(s["trainer_args"] or {})
+        if verbose:
+            print("horovod_rs: %s %s Trainer(%s)" % (s["package"], pl.__version__,
+                                                     ", ".join("%s=%r" % kv for kv in sorted(kwargs.items())
+                                                               if kv[0] not in ("callbacks", "strategy"))))
+        trainer = pl.Trainer(**kwargs)
+        legacy.call_init_hooks(user_callbacks, trainer)
+        if s["profiler"] not in (None, "simple") and trainer.profiler is not None:
+            trainer.profiler.dirpath, trainer.profiler.filename = logs_dir, "profile"
+        resume_path = None
+        if s["resume"] is not None:
+            resume_path = os.path.join(run_dir, "resume" + CHECKPOINT_EXTENSION)
+            with open(resume_path, "wb") as f:
+                f.write(s["resume"][1])
+        trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_path)
+        if rank != 0:
+            return None
+        if saving:
+            remote_store.sync(run_dir)  # the profiler's report, the last logs
+        weights = model.state_dict()
+        if checkpoint_callback is not None and checkpoint_callback.best_model_path:
+            weights = torch.load(checkpoint_callback.best_model_path, map_location="cpu",
+                                 weights_only=False)["state_dict"]
+        if s["legacy"] is not None:  # the user's own module's weights, without the wrapper's prefix
+            weights = {k[len("_model."):]: v for k, v in weights.items() if k.startswith("_model.")}
+        buffer = io.BytesIO()
+        torch.save({k: v.cpu() for k, v in weights.items()}, buffer)
+        return {"history": history, "model": buffer.getvalue()}
+
+
+def _legacy_module(pl, model, settings, spec, s):
+    loss_fns = util.to_list(cloudpickle.loads(settings["loss"]), len(spec.label_cols))
+    weights = s["loss_weights"] or [1.0 / len(spec.label_cols)] * len(spec.label_cols)
+    return legacy.to_lightning_module(pl, model, cloudpickle.loads(settings["optimizer_cls"]),
+                                      settings["optimizer_state"], settings["parameter_order"], loss_fns, weights,
+                                      spec, s["input_shapes"], s["label_shapes"])
+
+
+def _loader(stream, steps):
+    """A DataLoader giving ``steps`` batches per epoch from an endless stream of numpy batches, as
+    dicts of tensors (each column's own dtype)."""
+    import torch
+
+    class Steps(torch.utils.data.IterableDataset):
+        def __len__(self):
+            return steps
+
+        def __iter__(self):
+            for _ in range(steps):
+                yield {column: torch.tensor(values) for column, values in next(stream).items()}
+
+    return torch.utils.data.DataLoader(Steps(), batch_size=None, num_workers=0)
+
+
+def _user_checkpoint(pl, callbacks, run_dir):
+    """The user's ``ModelCheckpoint``, writing into the run's directory (synced to the store)."""
+    for callback in callbacks:
+        if isinstance(callback, pl.callbacks.ModelCheckpoint):
+            callback.dirpath = os.path.join(run_dir, "checkpoints")
+            return callback
+    return None
+
+
+def _epoch_end(pl, hvd, writer, run_dir, history, verbose):
+    """Every rank, after every epoch: the logged metrics averaged over the ranks into ``history``;
+    rank 0 prints them and commits a checkpoint of the whole run."""
+
+    class EpochEnd(pl.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            local = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+            everyone = hvd.allgather_object(local, name="horovod_rs.lightning.metrics")
+            names = sorted(set().union(*everyone))
+            averaged = {k: sum(m[k] for m in everyone if k in m) / sum(1 for m in everyone if k in m) for k in names}
+            history.clear()
+            history.update(averaged)
+            if verbose:
+                print("horovod_rs: epoch %d: %s" % (trainer.current_epoch,
+                                                     ", ".join("%s=%.6g" % kv for kv in averaged.items())))
+            path = writer.next_path() if writer is not None else os.path.join(run_dir, "not-written.ckpt")
+            trainer.save_checkpoint(path)  # every rank: it waits for the others
+            if writer is not None:
+                writer.commit(trainer.current_epoch + 1, history)
+
+    return EpochEnd()
+
+
+def _terminate_on_nan(pl):
+    import torch
+
+    class TerminateOnNan(pl.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if isinstance(loss, torch.Tensor) and not torch.isfinite(loss).all():
+                raise ValueError("the loss is %s at epoch %d, step %d (terminate_on_nan=True)"
+                                 % (loss.item() if loss.numel() == 1 else loss, trainer.current_epoch, batch_idx))
+
+    return TerminateOnNan()
+
+
+def _logger(pl, s, logs_dir, verbose):
+    """The user's logger writing into the run's logs, else TensorBoard's when installed, else none."""
+    logger = cloudpickle.loads(s["logger"])
+    if logger is not None:
+        if hasattr(logger, "_root_dir"):
+            logger._root_dir = logs_dir
+        return logger
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is None and importlib.util.find_spec("tensorboardX") is None:
+        if verbose:
+            print("horovod_rs: no TensorBoard logs in the store (pip install tensorboard to have them)")
+        return False
+    return pl.loggers.TensorBoardLogger(logs_dir)
