@@ -6,6 +6,11 @@ import os
 import pytest
 from pyspark.sql import SparkSession
 
+from horovod_rs.spark.common.frameworks import triton_before_tensorflow
+
+# The Keras and the Lightning tests share this process: TensorFlow must not load before Triton.
+triton_before_tensorflow()
+
 
 @pytest.fixture(scope="session")
 def spark():

@@ -4,6 +4,7 @@ import cloudpickle
 import numpy as np
 from pyspark import keyword_only
 
+from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common.estimator import HorovodEstimator, HorovodModel
 from horovod_rs.spark.common.params import declare
 from horovod_rs.spark.keras import remote, util
@@ -157,7 +158,7 @@ class KerasModel(HorovodModel):
         floatx = self.getOrDefault(self._floatx)
 
         def factory():
-            import tensorflow as tf
+            tf = frameworks.tensorflow()
 
             if floatx:
                 tf.keras.backend.set_floatx(floatx)

@@ -15,6 +15,7 @@ import os
 import cloudpickle
 import numpy as np
 
+from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common import remote as common
 from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.keras import util
@@ -32,7 +33,7 @@ def make_trainer(settings):
 
 
 def _train(s, rank, batches):
-    import tensorflow as tf
+    tf = frameworks.tensorflow()
 
     import horovod_rs.tensorflow.keras as hvd
 
@@ -161,7 +162,7 @@ class _RunCheckpoint:
     then the run's state (epochs done, history) to the store."""
 
     def __new__(cls, *args, **kwargs):
-        import tensorflow as tf
+        tf = frameworks.tensorflow()
 
         class RunCheckpoint(tf.keras.callbacks.Callback):
             def __init__(self, writer, optimizer, history, base_lr):
@@ -207,7 +208,7 @@ def _final_model_bytes(model, distributed, base_lr, s, custom_objects):
 
 def _learning_rate(optimizer):
     """The optimizer's learning rate as a float, or None when it is a schedule."""
-    import tensorflow as tf
+    tf = frameworks.tensorflow()
 
     rate = optimizer.learning_rate
     if isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule) or callable(rate):

@@ -8,9 +8,11 @@ import tempfile
 
 import cloudpickle
 
+from horovod_rs.spark.common import frameworks
+
 
 def keras():
-    import tensorflow as tf
+    tf = frameworks.tensorflow()
 
     return tf.keras
 
