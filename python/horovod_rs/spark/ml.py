@@ -63,7 +63,8 @@ _ESTIMATOR_PARAMS = _MODEL_PARAMS + [
     ("store", _str, "Hadoop FileSystem URI for checkpoints, the model and the history"),
     ("runId", _str, "the run's directory in the store; an existing run id resumes"),
     ("dropInvalidRows", _bool, "drop rows with nulls, NaN labels or ragged arrays"),
-    ("useGpu", _bool, "give every rank a GPU"),
+    ("useGpu", _bool, "reserve a GPU for every rank (a task resource request); the native trainer "
+               "still trains on the CPU: for GPU training use the Python estimators"),
     ("verbose", _int, "0: quiet, 1: one line per epoch on the driver"),
     ("batchSize", _int, "training rows per step on each rank"),
     ("valBatchSize", _int, "validation rows per step; 0: batchSize"),
