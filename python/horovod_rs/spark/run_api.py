@@ -9,12 +9,12 @@ with its traceback. The ranks' output is printed on the driver as it happens.
 
 from pyspark.sql import SparkSession
 
-from horovod_rs.spark.common.job import BarrierJob, HorovodRunError  # noqa: F401  (HorovodRunError: API)
+from horovod_rs.spark.common.job import BarrierJob, HorovodRunError, run_attempts  # noqa: F401  (API)
 
 
 def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=None, use_gloo=None,
         extra_mpi_args=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
-        prefix_output_with_timestamp=False, executable=None, use_gpu=False):
+        prefix_output_with_timestamp=False, executable=None, use_gpu=False, max_attempts=1):
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks; returns their results in rank order.
 
     As Horovod's: ``start_timeout`` (default ``HOROVOD_SPARK_START_TIMEOUT``, else 600 s) bounds the
@@ -22,11 +22,27 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
     receive the ranks' output lines (the driver's streams by default). ``use_mpi``, ``use_gloo``,
     ``extra_mpi_args``, ``nics`` and ``executable`` are accepted for compatibility: ranks always
     connect with horovod_rs's own transports and run in Spark's Python workers. ``use_gpu``
-    asks Spark for one GPU per task (a task resource profile)."""
+    asks Spark for one GPU per task (a task resource profile). ``max_attempts`` (horovod_rs's own)
+    runs the whole job again, up to that many times in all, when Spark loses a rank outside
+    ``fn`` (an executor dies); ``fn`` must then be able to start over (from its own checkpoint)."""
     spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     sc = spark.sparkContext
     num_proc = num_proc or sc.defaultParallelism
     payload = _dumps((fn, args, kwargs or {}))
+
+    def attempt(number):
+        return _run_once(sc, payload, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp,
+                         use_gpu, number)
+
+    def on_retry(number, error):
+        print("horovod_rs.spark.run: attempt %d lost a rank outside fn; starting attempt %d.\n%s"
+              % (number, number + 1, error), flush=True)
+
+    return run_attempts(max_attempts, attempt, on_retry, "max_attempts")
+
+
+def _run_once(sc, payload, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp, use_gpu,
+              number):
     with BarrierJob(sc, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp) as job:
         ranks = job.ranks
 
@@ -45,7 +61,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
 
             rdd = rdd.withResources(ResourceProfileBuilder().require(
                 TaskResourceRequests().cpus(1).resource("gpu", 1)).build)
-        sc.setJobDescription("horovod_rs.spark.run: %d ranks" % num_proc)
+        sc.setJobDescription("horovod_rs.spark.run: %d ranks (attempt %d)" % (num_proc, number))
         try:
             return job.results(job.collect(rdd))
         finally:

@@ -120,10 +120,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                                .alias(VALIDATION_COLUMN))
         prepared = df.select(*expressions)
         run_id, resume = self._run()
+        retries = []
         if hasattr(backend, "run_on_dataframe"):
-            trainer = self._remote_trainer(run_id, spec, resume)
-            results = backend.run_on_dataframe(trainer, prepared, env=self._backend_env(),
-                                               description="%s.fit" % type(self).__name__)
+            results = self._run_on_dataframe(backend, prepared, spec, run_id, resume, retries)
         else:
             from horovod_rs.spark.common.util import prepare_data
 
@@ -131,7 +130,35 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                               validation=spec.validation_col, sample_weight_col=spec.sample_weight_col,
                               partitions_per_process=self.getPartitionsPerProcess()) as dataset_idx:
                 results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx)
-        return self._create_model(results[0], run_id, infos)
+        model = self._create_model(results[0], run_id, infos)
+        return model._set(retries=retries)
+
+    def _run_on_dataframe(self, backend, prepared, spec, run_id, resume, retries):
+        """Trains over the DataFrame; when Spark loses a rank outside the model's code (an executor
+        dies), runs the job again (``spark.horovod.rs.fitAttempts`` in all), resuming from the
+        store's last checkpoint. ``retries`` receives one entry per retry."""
+        from horovod_rs.spark.common.job import FIT_ATTEMPTS_KEY, fit_attempts, run_attempts
+
+        state = {"resume": resume}
+
+        def attempt(number):
+            if number > 1:
+                state["resume"] = self._read_resume(run_id)
+            trainer = self._remote_trainer(run_id, spec, state["resume"])
+            return backend.run_on_dataframe(trainer, prepared, env=self._backend_env(),
+                                            description="%s.fit (attempt %d)" % (type(self).__name__, number))
+
+        def on_retry(number, error):
+            checkpoint = self._read_resume(run_id)
+            done = checkpoint[0]["epochs_done"] if checkpoint else 0
+            # Epochs count from 1; every epoch after `done` that the lost attempt began runs again.
+            retries.append({"attempt": number + 1, "resumed_after_epoch": done, "error": str(error)})
+            where = ("resumes run %s after epoch %d (epoch %d runs again)" % (run_id, done, done + 1)) if checkpoint \
+                else "starts from scratch (no checkpoint in the store%s)" % ("" if self.getStore() else ": no store")
+            print("horovod_rs: attempt %d lost a rank outside the model's code; attempt %d %s.\n%s"
+                  % (number, number + 1, where, error), flush=True)
+
+        return run_attempts(fit_attempts(prepared.sparkSession.sparkContext), attempt, on_retry, FIT_ATTEMPTS_KEY)
 
     def _run(self):
         """This fit's run id (given, or new) and what it resumes from (None: a new run)."""

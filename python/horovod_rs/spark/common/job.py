@@ -27,8 +27,49 @@ _CONSEQUENCES = ("connection to rank", "the engine has stopped", "unusable after
                  "HorovodInternalError", "lost its peer")
 
 
+# Spark's words for a task lost with its executor or Python worker, not failed by its own code.
+_RANK_LOST = ("ExecutorLostFailure", "Python worker exited unexpectedly", "Executor heartbeat timed out",
+              "worker lost", "Worker crashed")
+
+
 class HorovodRunError(RuntimeError):
     """A rank of a job failed: the message names the rank and carries its traceback."""
+
+
+class HorovodRankLostError(HorovodRunError):
+    """Spark aborted the job's barrier stage for a reason outside the ranks' code (an executor was
+    lost or killed, a Python worker died): a new attempt of the job may succeed."""
+
+
+# A Spark conf key: how many times a fit runs its barrier job when ranks are lost outside the
+# model's code; every attempt after the first resumes from the store's last checkpoint.
+FIT_ATTEMPTS_KEY = "spark.horovod.rs.fitAttempts"
+DEFAULT_FIT_ATTEMPTS = 3
+
+
+def fit_attempts(sc):
+    value = sc.getConf().get(FIT_ATTEMPTS_KEY, str(DEFAULT_FIT_ATTEMPTS))
+    try:
+        attempts = int(value)
+    except ValueError:
+        attempts = 0
+    if attempts < 1:
+        raise ValueError("%s must be a whole number of at least 1, not %r" % (FIT_ATTEMPTS_KEY, value))
+    return attempts
+
+
+def run_attempts(attempts, run, on_retry, knob):
+    """``run(attempt)`` until it succeeds or ``attempts`` runs have lost a rank; before each retry,
+    ``on_retry(attempt, error)``. Errors in the ranks' own code are not retried. ``knob`` names
+    what sets ``attempts`` (for the final error)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return run(attempt)
+        except HorovodRankLostError as error:
+            if attempt == attempts:
+                raise HorovodRankLostError("%s\n(attempt %d of %d; %s sets the number of attempts)"
+                                           % (error, attempt, attempts, knob)) from None
+            on_retry(attempt, error)
 
 
 def slots(sc):
@@ -102,8 +143,9 @@ class BarrierJob:
         try:
             return frame_or_rdd.collect()
         except Exception as e:  # py4j's or pyspark's error for an aborted stage
-            raise HorovodRunError("the horovod_rs job of %d processes failed in Spark:\n%s"
-                                  % (self.num_proc, _spark_failure(e))) from None
+            lost = any(marker in str(e) for marker in _RANK_LOST)
+            raise (HorovodRankLostError if lost else HorovodRunError)(
+                "the horovod_rs job of %d processes failed in Spark:\n%s" % (self.num_proc, _spark_failure(e))) from None
 
     def results(self, outcomes):
         """The ranks' results in rank order, or a ``HorovodRunError`` naming the rank that failed."""

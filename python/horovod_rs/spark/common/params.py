@@ -66,6 +66,8 @@ MODEL_PARAMS = [
     ("feature_columns", "FeatureColumns", None, None, "feature columns"),
     ("label_columns", "LabelColumns", None, None, "label columns"),
     ("run_id", "RunId", None, None, "the run that trained the model"),
+    ("retries", "Retries", [], None, "the fit's retries after a rank was lost outside the model's code (an "
+     "executor died): per retry, its attempt number, the epochs it resumed after (the next one ran again), the error"),
     ("_metadata", "_Metadata", None, None, "the training columns' types"),
 ]
 
