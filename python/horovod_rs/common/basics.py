@@ -9,7 +9,14 @@ from horovod_rs import _native
 
 # Seconds a collective may wait for the other ranks (Horovod's HOROVOD_GLOO_TIMEOUT_SECONDS is 30;
 # a training step can legitimately take longer on slow hosts).
-DEFAULT_TIMEOUT_S = float(os.environ.get("HOROVOD_RS_TIMEOUT_SECONDS", "600"))
+COLLECTIVE_TIMEOUT_S = float(os.environ.get("HOROVOD_RS_TIMEOUT_SECONDS", "600"))
+# A wait for a collective's result is the last resort: the engine fails the collective first,
+# naming the rank (a link silent for COLLECTIVE_TIMEOUT_S; a stall, see STALL_SHARE_OF_TIMEOUT).
+DEFAULT_TIMEOUT_S = 1.25 * COLLECTIVE_TIMEOUT_S + 5
+
+# Unless HOROVOD_STALL_SHUTDOWN_TIME_SECONDS says otherwise, the stall check fails a tensor that
+# some ranks never submitted at this share of the collective timeout.
+STALL_SHARE_OF_TIMEOUT = 0.8
 
 _lock = threading.Lock()
 _state = None
@@ -69,8 +76,12 @@ def _engine_config(env):
     # Horovod's stall knobs (seconds): warn about, then fail, a tensor some ranks never submit.
     if "HOROVOD_STALL_CHECK_TIME_SECONDS" in env:
         lines.append("stall_warning_ms=%d" % (float(env["HOROVOD_STALL_CHECK_TIME_SECONDS"]) * 1000))
-    if float(env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0")) > 0:
-        lines.append("stall_timeout_ms=%d" % (float(env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"]) * 1000))
+    stall_timeout_s = float(env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"))
+    if stall_timeout_s <= 0:
+        # Before a collective's wait times out, the stall check fails it naming the ranks that never
+        # submitted the tensor (the wait's own timeout knows no ranks).
+        stall_timeout_s = STALL_SHARE_OF_TIMEOUT * float(env.get("HOROVOD_RS_TIMEOUT_SECONDS", COLLECTIVE_TIMEOUT_S))
+    lines.append("stall_timeout_ms=%d" % (stall_timeout_s * 1000))
     return "\n".join(lines)
 
 
@@ -101,7 +112,7 @@ def _init(spec):
             spec = RankSpec(0, 1, "127.0.0.1:%d" % local.port(), secret, engine_config=_engine_config(os.environ))
         try:
             native = _native.Rank(spec.rank, spec.size, spec.rendezvous, spec.secret, spec.host, spec.connect_timeout,
-                                  DEFAULT_TIMEOUT_S, spec.engine_config)
+                                  COLLECTIVE_TIMEOUT_S, spec.engine_config)
         finally:
             if local is not None:
                 local.close()

@@ -117,7 +117,7 @@ def add_process_set(process_set):
     if joining is not None:
         addresses = [entries[r].split("|")[0] for r in process_set.ranks]
         process_set._rank = joining.connect(process_set.rank(), addresses, state.secret, state.connect_timeout,
-                                            basics.DEFAULT_TIMEOUT_S, state.engine_config)
+                                            basics.COLLECTIVE_TIMEOUT_S, state.engine_config)
     process_set.process_set_id = set_id
     state.process_sets[set_id] = process_set
     return process_set
