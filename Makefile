@@ -62,7 +62,7 @@ demo: tools jar-release
 demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test scala-example pyspark-test python-test flyte-test
+test: tools lint cargo-test java-test integration-test scala-example pyspark-test python-test flyte-test faults-quick
 
 ## Tools ---------------------------------------------------------------------
 
@@ -170,7 +170,17 @@ pyspark-test: $(addprefix pyspark-test-,$(TESTED_LINES))
 $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(VENV)/.pytest $(VENV)/.horovod_rs \
                                                          $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
-	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider integration-tests/python
+	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(call pyspark_tests,$*)
+
+# Every PySpark test runs on the newest line; on Spark 3.5 (CI's time is short) what depends on
+# the Spark version: the Run API, the native estimator's wrapper, the jars, and each Python
+# estimator family's fit, transform and persistence.
+PYSPARK_TESTS_35 := test_run.py test_estimator.py test_jars.py \
+                    test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
+                    test_keras_estimator.py::test_save_load_and_pipeline \
+                    test_torch_estimator.py::test_two_inputs_two_outputs_weights_validation_column_and_persistence \
+                    test_lightning_estimator.py::test_fits_with_legacy_hooks_transforms_and_loads
+pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/python/,$(PYSPARK_TESTS_35)),integration-tests/python)
 
 # The Lightning estimator's tests need Lightning (the `lightning` extra of python/pyproject.toml).
 $(VENV)/.estimator-extras: | $(VENV)/.torch
@@ -325,6 +335,21 @@ $(VENV)/.flyte:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q flytekit==1.16.31 flytekitplugins-spark==1.16.31
 	touch $@
+
+## Faults ----------------------------------------------------------------------
+
+.PHONY: faults faults-quick
+
+# The fault suite (scripts/faults.py, docs/reliability.md): FAULT_TRIALS trials of each kind of
+# fault on 2-rank jobs (a rank killed, frozen, silent; mismatched tensors; strangers on the
+# rendezvous port), one table: finished, clean error, unexpected, hangs, crashes, leaks.
+FAULT_TRIALS ?= 20
+faults: $(VENV)/.horovod_rs
+	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
+
+# Two trials of each kind, in make test.
+faults-quick: $(VENV)/.horovod_rs
+	$(PYTHON) scripts/faults.py --trials 2 --check
 
 ## Benchmarks ----------------------------------------------------------------
 

@@ -1,0 +1,162 @@
+"""The fault suite: N trials of each kind of fault on 2-rank jobs under ``horovodrs``, one table.
+
+    python scripts/faults.py [--trials 20] [--timeout 5] [--kinds kill,stop,...] [--check]
+
+Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
+  kill            rank 1 is killed with SIGKILL in the middle of its allreduces
+  stop            rank 1 is frozen with SIGSTOP, past the collective timeout
+  never-submits   rank 1 stops submitting (sleeps) while rank 0 waits on an allreduce
+  mismatch        the ranks submit one tensor under the same name with different shapes
+  stranger-*      while the ranks meet, three clients that are not ranks connect to the
+                  rendezvous port and send nothing (silent), random bytes (garbage), an
+                  enormous length prefix (huge-length), or make a real handshake with another
+                  secret (wrong-secret); the job must finish untouched
+
+Each trial is classified: finished (every rank finished; the goal for strangers), clean error
+(every surviving rank failed with an error naming rank 1, or naming the mismatch, within 2x the
+timeout; the goal for the others), unexpected (another outcome), hang (the job outlived 2x the
+timeout plus start-up), crash (a surviving rank ended without reporting: it died), leak (a
+process of the trial or a shared-memory segment outlived the job). --check exits 1 unless hangs,
+crashes, leaks and unexpected outcomes are all 0.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
+KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
+         "stranger-wrong-secret")
+# Interpreter start, imports and rendezvous, on top of the timeouts under test.
+STARTUP_S = 30
+SHM_GLOB = "/dev/shm/horovod-rs-*"
+
+
+def run_trial(kind, trial, timeout_s):
+    """Runs one trial; returns its class (one of the table's columns) and a detail line."""
+    marker = uuid.uuid4().hex
+    result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
+    segments_before = set(glob.glob(SHM_GLOB))
+    env = dict(os.environ, HOROVOD_RS_TIMEOUT_SECONDS=str(timeout_s), HOROVOD_RS_CONNECT_TIMEOUT_SECONDS=str(timeout_s),
+               FAULT_SEED=str(trial), FAULT_TRIAL=marker)
+    launcher = [os.path.join(os.path.dirname(sys.executable), "horovodrs"), "-np", "2", sys.executable, RANK_SCRIPT,
+                kind, result_dir]
+    job = subprocess.Popen(launcher, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    try:
+        output, _ = job.communicate(timeout=2 * timeout_s + STARTUP_S)
+        hung = False
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        output, _ = job.communicate()
+        hung = True
+    try:
+        results = {}
+        for rank in (0, 1):
+            path = os.path.join(result_dir, "rank-%d.json" % rank)
+            if os.path.exists(path):
+                with open(path) as f:
+                    results[rank] = json.load(f)
+        leaked = _leftovers(marker, segments_before)
+        if hung:
+            return "hangs", "no end after %d s" % (2 * timeout_s + STARTUP_S)
+        outcome, detail = _classify(kind, results, timeout_s)
+        if leaked and outcome != "crashes":
+            return "leaks", "; ".join(leaked)
+        return outcome, detail or output.decode(errors="replace")[-300:]
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _classify(kind, results, timeout_s):
+    survivors = (0, 1) if kind == "mismatch" or kind.startswith("stranger-") else (0,)
+    missing = [r for r in survivors if r not in results]
+    if missing:
+        return "crashes", "rank %s ended without reporting" % missing
+    if kind.startswith("stranger-"):
+        if all(results[r]["outcome"] == "finished" for r in survivors) and results[0].get("stranger_exit", 1) != 0:
+            return "finished", None
+        return "unexpected", json.dumps(results)
+    errors = [results[r] for r in survivors]
+    if any(e["outcome"] != "error" for e in errors):
+        return "unexpected", json.dumps(results)
+    named = "shape" if kind == "mismatch" else r"\branks? \[?1\b"
+    if not all(re.search(named, e["message"]) for e in errors):
+        return "unexpected", "the error does not name %r: %s" % (named, errors[0]["message"])
+    if any(e["seconds"] > 2 * timeout_s + STARTUP_S for e in errors):
+        return "hangs", "the error came after %s s" % max(e["seconds"] for e in errors)
+    return "clean error", None
+
+
+def _leftovers(marker, segments_before):
+    """Processes of the trial still alive, and shared-memory segments it left, after a short grace."""
+    deadline = time.time() + 5
+    while True:
+        processes = _processes_with(marker)
+        segments = sorted(set(glob.glob(SHM_GLOB)) - segments_before)
+        if not processes and not segments or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    for pid in processes:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return ["process %d still runs" % p for p in processes] + ["segment %s left" % s for s in segments]
+
+
+def _processes_with(marker):
+    found = []
+    needle = ("FAULT_TRIAL=" + marker).encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as f:
+                    if needle in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+COLUMNS = ("finished", "clean error", "unexpected", "hangs", "crashes", "leaks")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--timeout", type=int, default=5, help="collective, stall and connect timeout (s)")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--check", action="store_true", help="exit 1 unless the goal (0 hangs, crashes, leaks) holds")
+    args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error("unknown kinds %s; the kinds are %s" % (unknown, ", ".join(KINDS)))
+    print("kind,trials," + ",".join(c.replace(" ", "_") for c in COLUMNS), flush=True)
+    bad = 0
+    for kind in kinds:
+        counts = dict.fromkeys(COLUMNS, 0)
+        for trial in range(args.trials):
+            outcome, detail = run_trial(kind, trial, args.timeout)
+            counts[outcome] += 1
+            if outcome not in ("finished", "clean error"):
+                bad += 1
+                print("# %s trial %d: %s: %s" % (kind, trial, outcome, detail), file=sys.stderr, flush=True)
+        print("%s,%d,%s" % (kind, args.trials, ",".join(str(counts[c]) for c in COLUMNS)), flush=True)
+    if args.check and bad:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
