@@ -50,10 +50,17 @@ public final class HorovodConf<T> {
                     + "submitted it, naming the missing ranks; 0 waits forever (Horovod's "
                     + "`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`).");
 
+    public static final HorovodConf<Integer> FIT_ATTEMPTS = new HorovodConf<>(
+            "spark.horovod.rs.fitAttempts", "3",
+            "How many times a fit runs its barrier job when Spark loses a rank outside the model's code (an "
+                    + "executor dies); every attempt after the first resumes from the store's last checkpoint, or "
+                    + "starts over when the fit has no store. The Python estimators read the same key.",
+            (conf, key) -> atLeastOne(Integer.parseInt(conf.get(key, "3"))));
+
     /** All keys, for documentation. */
     public static final List<HorovodConf<?>> ALL = List.of(
             START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK, DRIVER_RENDEZVOUS,
-            FUSION_THRESHOLD_BYTES, CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS);
+            FUSION_THRESHOLD_BYTES, CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS, FIT_ATTEMPTS);
 
     private final String key;
     private final String defaultValue;
@@ -76,6 +83,13 @@ public final class HorovodConf<T> {
             return Boolean.parseBoolean(value);
         }
         throw new IllegalArgumentException("expected true or false");
+    }
+
+    private static int atLeastOne(int value) {
+        if (value < 1) {
+            throw new IllegalArgumentException("expected a whole number of at least 1");
+        }
+        return value;
     }
 
     public T get(SparkConf conf) {

@@ -179,7 +179,9 @@ public final class HorovodRunner {
                 }
             } catch (ExecutionException e) {
                 Throwable cause = e.getCause() != null ? e.getCause() : e;
-                throw new HorovodException("the horovod-rs Spark job failed: " + cause.getMessage(), cause);
+                String message = "the horovod-rs Spark job failed: " + cause.getMessage();
+                throw HorovodRankLostException.isRankLost(cause) ? new HorovodRankLostException(message, cause)
+                        : new HorovodException(message, cause);
             } catch (InterruptedException e) {
                 sc.cancelJobGroup(group);
                 Thread.currentThread().interrupt();

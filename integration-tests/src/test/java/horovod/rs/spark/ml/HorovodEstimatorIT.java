@@ -210,4 +210,43 @@ public class HorovodEstimatorIT {
         String written = Files.readString(new File(store, "runs/resume/history.json").toPath());
         assertTrue(written, written.length() > 2);
     }
+
+    /**
+     * An executor JVM killed with SIGKILL after the first epoch's checkpoint: the fit runs its ranks
+     * again (spark.horovod.rs.fitAttempts), resumes from the checkpoint and ends with every epoch.
+     * In local-cluster the executors are child processes of this JVM; the worker starts a new one.
+     */
+    @Test
+    public void fitSurvivesAnExecutorKilledMidTrainingAndResumes() throws Exception {
+        String store = dir.newFolder("store").getAbsolutePath();
+        File history = new File(store, "runs/killed/history.json");
+        java.util.concurrent.atomic.AtomicLong killed = new java.util.concurrent.atomic.AtomicLong();
+        Thread killer = new Thread(() -> {
+            while (!history.isFile() && !Thread.currentThread().isInterrupted()) {
+                try {
+                    Thread.sleep(20);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+            ProcessHandle.current().descendants()
+                    .filter(p -> p.info().commandLine().orElse("").contains("CoarseGrainedExecutorBackend"))
+                    .findFirst().ifPresent(p -> {
+                        killed.set(p.pid());
+                        p.destroyForcibly();
+                    });
+        }, "executor killer");
+        killer.start();
+        HorovodModel model;
+        try {
+            model = regressionEstimator().setEpochs(30).setTrainStepsPerEpoch(300).setStore(store).setRunId("killed")
+                    .fit(regression);
+        } finally {
+            killer.interrupt();
+            killer.join();
+        }
+        assertTrue("no executor was killed: the fit ended before its first checkpoint was seen", killed.get() > 0);
+        assertEquals(30, model.getHistory().size());
+        assertEquals(regression.count(), model.transform(regression).filter("NOT isnan(prediction)").count());
+    }
 }

@@ -2,7 +2,9 @@ package horovod.rs.spark.ml;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import horovod.rs.spark.HorovodConf;
 import horovod.rs.spark.HorovodException;
+import horovod.rs.spark.HorovodRankLostException;
 import horovod.rs.spark.HorovodRunOptions;
 import horovod.rs.spark.HorovodRunner;
 import horovod.rs.spark.shim.SparkShim;
@@ -85,13 +87,8 @@ final class FitJob {
         String description = "horovod-rs: fit HorovodEstimator " + estimator.uid() + " (run " + runId + ", "
                 + numProc + " ranks, " + estimator.getEpochs() + " epochs)";
 
-        List<FitResult> results;
-        progress.start();
-        try {
-            results = HorovodRunner.runOnPartitions(rows, rank, options, description);
-        } finally {
-            progress.stop();
-        }
+        List<FitResult> results = runAttempts(rows, rank, options, description, store, runId, progress,
+                HorovodConf.FIT_ATTEMPTS.get(sc.getConf()));
         FitResult first = checkIdentical(results);
         long dropped = results.stream().mapToLong(FitResult::droppedRows).sum();
         if (dropped > 0) {
@@ -104,6 +101,42 @@ final class FitJob {
         model.setOutputCols(Schemas.outputColumns(estimator, info).toArray(String[]::new));
         model.setModelSpec(spec);
         return model;
+    }
+
+    /**
+     * Runs the ranks; when Spark loses one outside the trainer (an executor dies), runs them again,
+     * {@code attempts} times in all. Each attempt's rank 0 resumes from the store's last
+     * checkpoint, so at most the epoch in flight runs twice; without a store it starts over.
+     */
+    private static List<FitResult> runAttempts(RDD<InternalRow> rows, FitRank rank, HorovodRunOptions options,
+            String description, Store store, String runId, Progress progress, int attempts) {
+        for (int attempt = 1; ; attempt++) {
+            progress.start();
+            try {
+                return HorovodRunner.runOnPartitions(rows, rank, options,
+                        attempts > 1 ? description + " attempt " + attempt : description);
+            } catch (HorovodRankLostException lost) {
+                if (attempt == attempts) {
+                    throw new HorovodRankLostException(lost.getMessage() + " (attempt " + attempt + " of " + attempts
+                            + "; " + HorovodConf.FIT_ATTEMPTS.key() + " sets the number of attempts)", lost);
+                }
+                String retry = "attempt " + attempt + " lost a rank outside the trainer; attempt " + (attempt + 1)
+                        + " " + resumePoint(store, runId) + ": " + lost.getMessage();
+                LOG.warn(retry);
+                progress.say(retry);
+            } finally {
+                progress.stop();
+            }
+        }
+    }
+
+    private static String resumePoint(Store store, String runId) {
+        if (store == null) {
+            return "starts over (the fit has no store to keep checkpoints in)";
+        }
+        return store.exists(store.runFile(runId, Store.CHECKPOINT))
+                ? "resumes from the checkpoint in " + store.runPath(runId) + " (the epoch in flight runs again)"
+                : "starts over (no epoch had finished)";
     }
 
     /**
