@@ -147,16 +147,27 @@ WAYS = [("arrow", "keras", arrow), ("arrow", "torch", arrow), ("parquet", "keras
 
 
 def main():
+    global HIDDEN
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200000)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--only", help="comma-separated impl:framework pairs to run (default: all)")
+    parser.add_argument("--hidden", type=int, default=HIDDEN,
+                        help="units of the hidden layers; a small model makes the data path the cost")
     args = parser.parse_args()
+    HIDDEN = args.hidden
+    import warnings
+
     from pyspark.sql import SparkSession
 
+    from horovod_rs.spark.common.frameworks import triton_before_tensorflow
     from horovod_rs.spark.common.store import Store
+
+    # This driver imports TensorFlow and PyTorch; Triton's LLVM must load first (frameworks.py).
+    triton_before_tensorflow()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # pyspark on pandas 3: noise in the CSV
 
     spark = SparkSession.builder.appName("horovod-rs estimator benchmark").getOrCreate()
     df = rossmann_like(spark, args.rows, args.procs * 4).cache()
