@@ -377,9 +377,10 @@ bench-ingest: tools jar-release
 # The same model and DataFrame fit every way: horovod_rs's Keras and Torch estimators on Arrow and
 # through prepare_data + Parquet, Spark's TorchDistributor, and the native estimator; one CSV.
 ESTIMATOR_ROWS ?= 200000
+ESTIMATOR_ARGS ?=
 bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
 	TF_CPP_MIN_LOG_LEVEL=3 $(SPARK_SUBMIT) $(SPARK_ARGS) --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=3 \
-	  examples/bench/bench_estimator.py --rows $(ESTIMATOR_ROWS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
+	  examples/bench/bench_estimator.py --rows $(ESTIMATOR_ROWS) $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
 
 bench-launch: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)
