@@ -171,4 +171,38 @@ public class HorovodRunnerIT {
             assertEquals("numProc must be at least 1, got 0", e.getMessage());
         }
     }
+
+    /**
+     * withMaxAttempts: rank 1's executor exits mid-job (once: a marker file says it did); the job
+     * runs again on the executor the worker starts in its place. Without it, the loss is named.
+     */
+    @Test(timeout = 300_000)
+    public void aLostExecutorRunsTheJobAgainWhenAsked() throws Exception {
+        java.io.File marker = java.io.File.createTempFile("horovod-rs-lost", ".marker");
+        marker.delete();
+        String markerPath = marker.getAbsolutePath();
+        HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf()).withMaxAttempts(2);
+        List<Integer> ranks = HorovodRunner.run(spark, 2, ctx -> {
+            if (ctx.rank() == 1 && new java.io.File(markerPath).createNewFile()) {
+                Runtime.getRuntime().halt(137);  // the executor dies, as a killed one does
+            }
+            return ctx.rank();
+        }, options);
+        assertEquals(List.of(0, 1), ranks);
+        assertTrue(marker.delete());
+
+        try {
+            HorovodRunner.run(spark, 2, ctx -> {
+                if (ctx.rank() == 1 && new java.io.File(markerPath).createNewFile()) {
+                    Runtime.getRuntime().halt(137);
+                }
+                return ctx.rank();
+            });
+            fail("a lost executor must fail a job of one attempt");
+        } catch (HorovodRankLostException e) {
+            assertTrue(e.getMessage(), e.getMessage().contains("attempt 1 of 1"));
+        } finally {
+            marker.delete();
+        }
+    }
 }

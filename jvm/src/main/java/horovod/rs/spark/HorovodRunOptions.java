@@ -24,6 +24,7 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
     private Duration cycleTime;
     private Duration stallWarning;
     private Duration stallTimeout;
+    private int maxAttempts = 1;
 
     private HorovodRunOptions() {}
 
@@ -92,6 +93,19 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
     /** How long a tensor missing on some ranks waits before it fails; zero waits forever. */
     public HorovodRunOptions withStallTimeout(Duration timeout) {
         return with(copy -> copy.stallTimeout = timeout);
+    }
+
+    /**
+     * How many times the Run API runs the whole job when Spark loses a rank outside the function
+     * (an executor dies); 1, the default, never runs it again. The function must be able to start
+     * over (from its own checkpoint). Estimators use {@code spark.horovod.rs.fitAttempts}.
+     */
+    public HorovodRunOptions withMaxAttempts(int attempts) {
+        return with(copy -> copy.maxAttempts = attempts);
+    }
+
+    public int maxAttempts() {
+        return maxAttempts;
     }
 
     public boolean driverRendezvous() {
@@ -166,6 +180,9 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
         notNegative(cycleTime, "cycleTime");
         notNegative(stallWarning, "stallWarning");
         notNegative(stallTimeout, "stallTimeout");
+        if (maxAttempts < 1) {
+            throw new IllegalArgumentException("maxAttempts must be at least 1, got " + maxAttempts);
+        }
         return this;
     }
 

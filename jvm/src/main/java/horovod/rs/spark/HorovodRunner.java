@@ -11,6 +11,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.FutureTask;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.function.BiConsumer;
+import java.util.function.IntFunction;
 import java.util.stream.IntStream;
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkJobInfo;
@@ -22,8 +24,10 @@ import org.apache.spark.resource.ResourceProfile;
 import org.apache.spark.resource.ResourceProfileBuilder;
 import org.apache.spark.resource.TaskResourceRequests;
 import org.apache.spark.sql.SparkSession;
-import scala.reflect.ClassTag;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import scala.reflect.ClassTag$;
+import scala.reflect.ClassTag;
 
 /**
  * Horovod's Run API on Spark: runs a function on {@code numProc} ranks, one barrier task each,
@@ -39,6 +43,7 @@ import scala.reflect.ClassTag$;
  * new for every job. A rank's exception fails the whole job with that exception's message.
  */
 public final class HorovodRunner {
+    private static final Logger LOG = LoggerFactory.getLogger(HorovodRunner.class);
     private static final int SECRET_BYTES = 32;
     private static final long POLL_MS = 200;
 
@@ -59,7 +64,31 @@ public final class HorovodRunner {
         }
         List<Integer> rankIds = IntStream.range(0, numProc).boxed().toList();
         RDD<Integer> seeds = JavaSparkContext.fromSparkContext(spark.sparkContext()).parallelize(rankIds, numProc).rdd();
-        return runOnPartitions(seeds, (ctx, partition) -> fn.call(ctx), options, "horovod-rs: " + numProc + " ranks");
+        return withAttempts(options.maxAttempts(), "HorovodRunOptions.withMaxAttempts",
+                attempt -> runOnPartitions(seeds, (ctx, partition) -> fn.call(ctx), options,
+                        "horovod-rs: " + numProc + " ranks, attempt " + attempt),
+                (attempt, lost) -> LOG.warn("attempt {} lost a rank outside the function; starting attempt {}: {}",
+                        attempt, attempt + 1, lost.getMessage()));
+    }
+
+    /**
+     * Runs {@code job} (given the attempt number, from 1) until it succeeds or {@code attempts}
+     * attempts have lost a rank outside the ranks' code; {@code beforeRetry} hears each loss that
+     * is retried. A rank's own failure is never retried. {@code knob} names what sets the count.
+     */
+    public static <T> T withAttempts(int attempts, String knob, IntFunction<T> job,
+            BiConsumer<Integer, HorovodRankLostException> beforeRetry) {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                return job.apply(attempt);
+            } catch (HorovodRankLostException lost) {
+                if (attempt >= attempts) {
+                    throw new HorovodRankLostException(lost.getMessage() + " (attempt " + attempt + " of " + attempts
+                            + "; " + knob + " sets the number of attempts)", lost);
+                }
+                beforeRetry.accept(attempt, lost);
+            }
+        }
     }
 
     /**

@@ -4,7 +4,6 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import horovod.rs.spark.HorovodConf;
 import horovod.rs.spark.HorovodException;
-import horovod.rs.spark.HorovodRankLostException;
 import horovod.rs.spark.HorovodRunOptions;
 import horovod.rs.spark.HorovodRunner;
 import horovod.rs.spark.shim.SparkShim;
@@ -110,24 +109,20 @@ final class FitJob {
      */
     private static List<FitResult> runAttempts(RDD<InternalRow> rows, FitRank rank, HorovodRunOptions options,
             String description, Store store, String runId, Progress progress, int attempts) {
-        for (int attempt = 1; ; attempt++) {
+        return HorovodRunner.withAttempts(attempts, HorovodConf.FIT_ATTEMPTS.key(), attempt -> {
             progress.start();
             try {
                 return HorovodRunner.runOnPartitions(rows, rank, options,
                         attempts > 1 ? description + " attempt " + attempt : description);
-            } catch (HorovodRankLostException lost) {
-                if (attempt == attempts) {
-                    throw new HorovodRankLostException(lost.getMessage() + " (attempt " + attempt + " of " + attempts
-                            + "; " + HorovodConf.FIT_ATTEMPTS.key() + " sets the number of attempts)", lost);
-                }
-                String retry = "attempt " + attempt + " lost a rank outside the trainer; attempt " + (attempt + 1)
-                        + " " + resumePoint(store, runId) + ": " + lost.getMessage();
-                LOG.warn(retry);
-                progress.say(retry);
             } finally {
                 progress.stop();
             }
-        }
+        }, (attempt, lost) -> {
+            String retry = "attempt " + attempt + " lost a rank outside the trainer; attempt " + (attempt + 1) + " "
+                    + resumePoint(store, runId) + ": " + lost.getMessage();
+            LOG.warn(retry);
+            progress.say(retry);
+        });
     }
 
     private static String resumePoint(Store store, String runId) {
