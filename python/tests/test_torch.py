@@ -14,7 +14,7 @@ import horovod_rs.torch as hvd
 hvd.init()
 N, R = hvd.size(), hvd.rank()
 
-DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
           torch.float64]
 OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
 
@@ -223,3 +223,56 @@ def test_distributed_optimizer_matches_one_process_on_the_full_batch():
     assert all(torch.equal(everyone[r], everyone[0]) for r in range(N)), "ranks differ"
     expected = torch.cat([p.detach().flatten() for p in single.parameters()])
     assert torch.allclose(flat, expected, atol=1e-5)
+
+
+# Gradients flow through the collectives that return new tensors, as in Horovod: the backward of
+# each is the matching collective on the gradient.
+
+def test_allreduce_gradient_is_the_reduced_gradient():
+    x = torch.full((3,), float(R + 1), requires_grad=True)
+    (hvd.allreduce(x, op=hvd.Sum) * float(R + 1)).sum().backward()
+    # The backward is the same Sum of every rank's gradient (r + 1).
+    assert torch.allclose(x.grad, torch.full((3,), float(sum(r + 1 for r in range(N)))))
+
+
+def test_grouped_allreduce_gradients():
+    a, b = torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)
+    ra, rb = hvd.grouped_allreduce([a, b], op=hvd.Average)
+    (ra.sum() * 2 + rb.sum() * 3).backward()
+    assert torch.allclose(a.grad, torch.full((2,), 2.0)) and torch.allclose(b.grad, torch.full((3,), 3.0))
+
+
+def test_allgather_gradient_is_this_ranks_rows_of_the_averaged_gradient():
+    x = torch.ones(R + 1, 2, requires_grad=True)  # ranks contribute different numbers of rows
+    gathered = hvd.allgather(x)
+    weights = torch.arange(gathered.shape[0], dtype=torch.float32).reshape(-1, 1) * (R + 1)
+    (gathered * weights).sum().backward()
+    offset = sum(r + 1 for r in range(R))
+    mean_scale = sum(r + 1 for r in range(N)) / N
+    expected = torch.arange(offset, offset + R + 1, dtype=torch.float32).reshape(-1, 1).expand(R + 1, 2) * mean_scale
+    assert torch.allclose(x.grad, expected)
+
+
+def test_broadcast_gradient_reaches_the_root_only():
+    x = torch.full((2,), float(R), requires_grad=True)
+    (hvd.broadcast(x, root_rank=0) * 2).sum().backward()
+    assert torch.equal(x.grad, torch.full((2,), 2.0 if R == 0 else 0.0))
+
+
+def test_alltoall_gradient_goes_back_to_the_sender():
+    x = torch.ones(N, 1, requires_grad=True)
+    received = hvd.alltoall(x)
+    (received * torch.arange(N, dtype=torch.float32).reshape(N, 1)).sum().backward()
+    # Row i of this rank went to rank i, which weighted it by this rank's number.
+    assert torch.equal(x.grad, torch.full((N, 1), float(R)))
+
+
+def test_reducescatter_gradient_is_the_gathered_gradient():
+    x = torch.ones(N * 2, requires_grad=True)
+    hvd.reducescatter(x, op=hvd.Sum).sum().backward()
+    assert torch.equal(x.grad, torch.ones(N * 2))
+
+
+def test_int16_reduces():
+    result = hvd.allreduce(torch.full((4,), 1000 + R, dtype=torch.int16), op=hvd.Sum)
+    assert result.dtype == torch.int16 and result.tolist() == [sum(1000 + r for r in range(N))] * 4

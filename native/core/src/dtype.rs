@@ -18,6 +18,8 @@ pub enum DataType {
     U8,
     /// `i8`: signed bytes (Java's `byte`).
     I8,
+    /// `i16`: Java's `short`.
+    I16,
     /// `i32`: Java's `int`.
     I32,
     /// `i64`: Java's `long`.
@@ -34,9 +36,10 @@ pub enum DataType {
 
 impl DataType {
     /// Every data type.
-    pub const ALL: [DataType; 8] = [
+    pub const ALL: [DataType; 9] = [
         DataType::U8,
         DataType::I8,
+        DataType::I16,
         DataType::I32,
         DataType::I64,
         DataType::F16,
@@ -50,6 +53,7 @@ impl DataType {
         match self {
             DataType::U8 => "u8",
             DataType::I8 => "i8",
+            DataType::I16 => "i16",
             DataType::I32 => "i32",
             DataType::I64 => "i64",
             DataType::F16 => "f16",
@@ -63,7 +67,7 @@ impl DataType {
     pub const fn size(self) -> usize {
         match self {
             DataType::U8 | DataType::I8 => 1,
-            DataType::F16 | DataType::Bf16 => 2,
+            DataType::I16 | DataType::F16 | DataType::Bf16 => 2,
             DataType::I32 | DataType::F32 => 4,
             DataType::I64 | DataType::F64 => 8,
         }
@@ -81,6 +85,7 @@ impl DataType {
             DataType::I8 => 6,
             DataType::F16 => 7,
             DataType::Bf16 => 8,
+            DataType::I16 => 9,
         }
     }
 
@@ -130,6 +135,10 @@ macro_rules! with_dtype {
             }
             $crate::DataType::I8 => {
                 type $t = i8;
+                $body
+            }
+            $crate::DataType::I16 => {
+                type $t = i16;
                 $body
             }
             $crate::DataType::I32 => {

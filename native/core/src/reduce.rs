@@ -230,6 +230,7 @@ float_element!(f16, F16, f16::ZERO, f32, f16::to_f32, f16::from_f32);
 float_element!(bf16, Bf16, bf16::ZERO, f32, bf16::to_f32, bf16::from_f32);
 int_element!(u8, U8);
 int_element!(i8, I8);
+int_element!(i16, I16);
 int_element!(i32, I32);
 int_element!(i64, I64);
 

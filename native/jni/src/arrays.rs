@@ -9,14 +9,14 @@
 
 use horovod_core::{DataType, Element, Operation, Output, Request};
 use jni::objects::{JObject, JPrimitiveArray, TypeArray};
-use jni::sys::{jbyte, jdouble, jfloat, jint, jlong};
+use jni::sys::{jbyte, jdouble, jfloat, jint, jlong, jshort};
 use jni::Env;
 
 use crate::error_policy::JniError;
 
 /// A one-dimensional request named `name` running `operation` on the
-/// elements of `data`, a `byte[]`, `int[]`, `long[]`, `float[]` or
-/// `double[]`.
+/// elements of `data`, a `byte[]`, `short[]`, `int[]`, `long[]`, `float[]`
+/// or `double[]`.
 pub fn request_from_array(
     env: &mut Env<'_>,
     name: String,
@@ -32,9 +32,9 @@ pub fn request_from_array(
             }
         )*};
     }
-    try_type!(jbyte, jint, jlong, jfloat, jdouble);
+    try_type!(jbyte, jshort, jint, jlong, jfloat, jdouble);
     Err(JniError::InvalidArgument(
-        "collectives take byte[], int[], long[], float[] or double[] data".into(),
+        "collectives take byte[], short[], int[], long[], float[] or double[] data".into(),
     ))
 }
 
@@ -56,6 +56,7 @@ pub fn array_from_output<'local>(
 ) -> Result<JObject<'local>, JniError> {
     match dtype {
         DataType::I8 => new_array::<jbyte>(env, output),
+        DataType::I16 => new_array::<jshort>(env, output),
         DataType::I32 => new_array::<jint>(env, output),
         DataType::I64 => new_array::<jlong>(env, output),
         DataType::F32 => new_array::<jfloat>(env, output),

@@ -28,6 +28,7 @@ fn dtype(name: &str) -> PyResult<DataType> {
     Ok(match name {
         "uint8" => DataType::U8,
         "int8" => DataType::I8,
+        "int16" => DataType::I16,
         "int32" => DataType::I32,
         "int64" => DataType::I64,
         "float16" => DataType::F16,

@@ -11,7 +11,7 @@ import numpy as np
 from horovod_rs.common import basics
 from horovod_rs.common import process_sets
 
-_DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int32", "int64", "float16", "float32", "float64")}
+_DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")}
 _MOVES_DATA = ("broadcast", "allgather", "alltoall")
 
 

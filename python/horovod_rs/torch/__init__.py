@@ -58,6 +58,7 @@ Adasum = "adasum"
 _DTYPES = {
     torch.uint8: "uint8",
     torch.int8: "int8",
+    torch.int16: "int16",
     torch.int32: "int32",
     torch.int64: "int64",
     torch.float16: "float16",
@@ -251,11 +252,28 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                    postscale=postscale_factor, process_set=process_set)
 
 
+# The collectives that return a new tensor are differentiable, as Horovod's: each is an autograd
+# function whose backward runs the matching collective on the gradient. The in-place and async
+# forms (DistributedOptimizer's path) stay outside autograd and cost nothing extra.
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.options = (average, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        average, op, prescale_factor, postscale_factor, process_set = ctx.options
+        grad = allreduce(grad_output, average=average, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, process_set=process_set)
+        return grad, None, None, None, None, None, None
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     compressed, ctx = compression.compress(tensor)
-    result = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor,
-                                         process_set))
+    result = _Allreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(result, ctx)
 
 
@@ -278,12 +296,28 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
             for i, t in enumerate(tensors)]
 
 
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.options = (average, op, prescale_factor, postscale_factor, process_set)
+        handles = grouped_allreduce_async(list(tensors), average, name, op, prescale_factor, postscale_factor,
+                                          process_set)
+        return tuple(synchronize(h) for h in handles)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        average, op, prescale_factor, postscale_factor, process_set = ctx.options
+        grads = grouped_allreduce(list(grad_outputs), average=average, op=op, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor, process_set=process_set)
+        return (None,) * 6 + tuple(grads)
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     pairs = [compression.compress(t) for t in tensors]
-    handles = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor, postscale_factor,
-                                      process_set)
-    return [compression.decompress(synchronize(h), ctx) for h, (_, ctx) in zip(handles, pairs)]
+    results = _GroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                      *[p[0] for p in pairs])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -296,9 +330,25 @@ def allgather_async(tensor, name=None, process_set=None):
     return _submit("allgather", tensor, name, process_set=process_set)
 
 
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows, ctx.process_set = tensor.shape[0] if tensor.dim() else 1, process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Every rank's gradient of the whole result, averaged; this rank's rows of it.
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        engine, _ = _process_sets.engine(ctx.process_set)
+        rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64), process_set=ctx.process_set)
+        offset = int(rows[:engine.rank()].sum())
+        return grad.narrow(0, offset, ctx.rows), None, None
+
+
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along the first dimension, which may differ per rank."""
-    return synchronize(allgather_async(tensor, name, process_set))
+    return _Allgather.apply(tensor, name, process_set)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -310,8 +360,23 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
                    process_set=process_set)
 
 
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Only the root's tensor reached the result: it gets the averaged gradient, the others zero.
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if basics.rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -336,10 +401,25 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     return _submit("alltoall", tensor, name, received_splits=received, splits=splits, process_set=process_set)
 
 
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received_splits, ctx.process_set = received_splits, process_set
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_splits):
+        # The rows go back where they came from.
+        grad, _ = alltoall(grad_output, splits=ctx.received_splits, process_set=ctx.process_set)
+        return grad, None, None, None
+
+
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Rank r's ``splits[i]`` rows go to rank i. Returns the rows this rank received, by sender;
     with ``splits`` given, ``(rows, received_splits)`` as in Horovod."""
-    output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+    output, received_splits = _Alltoall.apply(tensor, splits, name, process_set)
     return output if splits is None else (output, received_splits)
 
 
@@ -347,9 +427,23 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=None):
     return _submit("reducescatter", tensor, name, op=op, process_set=process_set)
 
 
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set):
+        ctx.op, ctx.process_set = op, process_set
+        return synchronize(reducescatter_async(tensor, name, op, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allgather(grad_output, process_set=ctx.process_set)
+        if ctx.op == Average:
+            grad = grad / _process_sets.engine(ctx.process_set)[0].size()
+        return grad, None, None, None
+
+
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None):
     compressed, ctx = compression.compress(tensor)
-    return compression.decompress(synchronize(reducescatter_async(compressed, name, op, process_set)), ctx)
+    return compression.decompress(_Reducescatter.apply(compressed, name, op, process_set), ctx)
 
 
 def barrier(process_set=None):

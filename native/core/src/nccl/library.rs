@@ -277,7 +277,7 @@ impl NcclLibrary {
             send,
             recv,
             count,
-            nccl_dtype(dtype),
+            nccl_dtype(dtype)?,
             nccl_op(op),
             comm,
             stream,
@@ -303,7 +303,7 @@ impl NcclLibrary {
             send,
             recv,
             count,
-            nccl_dtype(dtype),
+            nccl_dtype(dtype)?,
             root,
             comm,
             stream,
@@ -327,7 +327,7 @@ impl NcclLibrary {
             send,
             recv,
             send_count,
-            nccl_dtype(dtype),
+            nccl_dtype(dtype)?,
             comm,
             stream,
         ))
@@ -353,7 +353,7 @@ impl NcclLibrary {
             send,
             recv,
             recv_count,
-            nccl_dtype(dtype),
+            nccl_dtype(dtype)?,
             nccl_op(op),
             comm,
             stream,
@@ -382,9 +382,15 @@ fn version_string(code: c_int) -> String {
     }
 }
 
-/// `ncclDataType_t` of `dtype`.
-pub(crate) fn nccl_dtype(dtype: DataType) -> c_int {
-    match dtype {
+/// `ncclDataType_t` of `dtype`; NCCL has no 16-bit integers.
+pub(crate) fn nccl_dtype(dtype: DataType) -> Result<c_int, String> {
+    Ok(match dtype {
+        DataType::I16 => {
+            return Err(
+                "NCCL has no 16-bit integer type: reduce int16 tensors on the host (CPU tensors)"
+                    .into(),
+            )
+        }
         DataType::I8 => 0,
         DataType::U8 => 1,
         DataType::I32 => 2,
@@ -393,7 +399,7 @@ pub(crate) fn nccl_dtype(dtype: DataType) -> c_int {
         DataType::F32 => 7,
         DataType::F64 => 8,
         DataType::Bf16 => 9,
-    }
+    })
 }
 
 /// `ncclRedOp_t` of `op`. NCCL's `ncclAvg` divides each rank's input by the
@@ -452,7 +458,7 @@ mod tests {
             (DataType::F64, T::ncclFloat64),
         ];
         for (dtype, code) in dtypes {
-            assert_eq!(nccl_dtype(dtype), code as c_int, "{dtype}");
+            assert_eq!(nccl_dtype(dtype), Ok(code as c_int), "{dtype}");
         }
         let ops = [
             (ReduceOp::Sum, O::ncclSum),
