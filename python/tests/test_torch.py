@@ -276,3 +276,24 @@ def test_reducescatter_gradient_is_the_gathered_gradient():
 def test_int16_reduces():
     result = hvd.allreduce(torch.full((4,), 1000 + R, dtype=torch.int16), op=hvd.Sum)
     assert result.dtype == torch.int16 and result.tolist() == [sum(1000 + r for r in range(N))] * 4
+
+
+def test_grouped_allgather_and_reducescatter_with_gradients():
+    a = torch.full((R + 1, 2), float(R), requires_grad=True)
+    b = torch.full((1,), float(R), requires_grad=True)
+    ga, gb = hvd.grouped_allgather([a, b])
+    assert torch.equal(gb, torch.arange(N, dtype=torch.float32))
+    assert ga.shape == (sum(r + 1 for r in range(N)), 2)
+    (ga.sum() + gb.sum() * 2).backward()
+    assert torch.equal(a.grad, torch.ones(R + 1, 2)) and torch.equal(b.grad, torch.full((1,), 2.0))
+
+    x = torch.ones(N * 2, requires_grad=True)
+    (rx,) = hvd.grouped_reducescatter([x], op=hvd.Sum)
+    assert torch.equal(rx, torch.full((2,), float(N)))
+    rx.sum().backward()
+    assert torch.equal(x.grad, torch.ones(N * 2))
+
+
+def test_a_failed_collective_is_a_horovod_internal_error():
+    with pytest.raises(hvd.HorovodInternalError, match="shape"):
+        hvd.allreduce(torch.zeros(R + 1), name="mismatched.shapes")

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from horovod_rs.common import basics
+from horovod_rs.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401  (Horovod's API)
 from horovod_rs.common import process_sets as _process_sets
 from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
     ProcessSet,
@@ -184,10 +185,20 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for ``handle`` and returns its result (written into the tensor for in-place calls);
-    for an alltoall, ``(result, received_splits)`` as in Horovod."""
+    for an alltoall, ``(result, received_splits)`` as in Horovod. A collective the engine failed
+    raises ``HorovodInternalError``, as in Horovod."""
     if handle not in _handles:
         raise ValueError("unknown or already synchronized handle %r" % handle)
     pending = _handles.pop(handle)
+    try:
+        return _result(pending)
+    except HorovodInternalError:
+        raise
+    except RuntimeError as e:
+        raise HorovodInternalError(str(e)) from e
+
+
+def _result(pending):
     if pending.on_device:
         pending.work.wait(basics.DEFAULT_TIMEOUT_S)  # enqueued on the stream; the tensor holds the result
         result = None
@@ -351,6 +362,32 @@ def allgather(tensor, name=None, process_set=None):
     return _Allgather.apply(tensor, name, process_set)
 
 
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    base = name or basics.next_name("grouped_allgather", _process_sets.engine(process_set)[1])
+    return [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(h) for h in grouped_allgather_async(list(tensors), name, process_set))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce(list(grad_outputs), op=Average, process_set=ctx.process_set)
+        engine, _ = _process_sets.engine(ctx.process_set)
+        rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64), process_set=ctx.process_set)
+        offsets = rows[:engine.rank()].sum(dim=0).tolist()
+        return (None, None) + tuple(g.narrow(0, int(o), n) for g, o, n in zip(grads, offsets, ctx.rows))
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """``allgather`` of every tensor, submitted together."""
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
+
+
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     return _submit("broadcast", tensor, name, root=_process_sets.root_position(root_rank, process_set), process_set=process_set)
 
@@ -444,6 +481,33 @@ class _Reducescatter(torch.autograd.Function):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None):
     compressed, ctx = compression.compress(tensor)
     return compression.decompress(_Reducescatter.apply(compressed, name, op, process_set), ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None):
+    base = name or basics.next_name("grouped_reducescatter", _process_sets.engine(process_set)[1])
+    return [reducescatter_async(t, "%s.%d" % (base, i), op, process_set) for i, t in enumerate(tensors)]
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, *tensors):
+        ctx.op, ctx.process_set = op, process_set
+        return tuple(synchronize(h) for h in grouped_reducescatter_async(list(tensors), name, op, process_set))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allgather(list(grad_outputs), process_set=ctx.process_set)
+        if ctx.op == Average:
+            size = _process_sets.engine(ctx.process_set)[0].size()
+            grads = [g / size for g in grads]
+        return (None, None, None) + tuple(grads)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None):
+    """``reducescatter`` of every tensor, submitted together."""
+    pairs = [compression.compress(t) for t in tensors]
+    results = _GroupedReducescatter.apply(name, op, process_set, *[p[0] for p in pairs])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs)]
 
 
 def barrier(process_set=None):
