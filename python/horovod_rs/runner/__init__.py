@@ -258,7 +258,3 @@ def _stop(processes):
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
     sys.exit(run(args.num_proc, args.command, slots=args.slots, ssh_port=args.ssh_port))
-
-
-if __name__ == "__main__":
-    main()

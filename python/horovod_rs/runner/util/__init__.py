@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.util`` helpers that scripts and tests import."""

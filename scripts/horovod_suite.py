@@ -1,0 +1,134 @@
+"""Runs Horovod's own test files against horovod_rs, with only their imports changed.
+
+    python scripts/horovod_suite.py --horovod /path/to/horovod test/parallel/test_torch.py [...]
+
+For each file: copies it (and Horovod's test/utils) to a temporary directory, rewrites every
+import of ``horovod`` to ``horovod_rs`` (import lines only), then runs each test alone as a 2-rank
+job under ``horovodrs`` (``--np``), then the whole file as one job, and prints the counts and the
+failures grouped by their first error line. Horovod's tests read their rank from MPI's
+environment (PMI_RANK/PMI_SIZE), which each rank gets from horovodrs's HOROVOD_RANK/HOROVOD_SIZE.
+"""
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+IMPORT = re.compile(r"^(\s*)(import|from)\s+horovod(?=[\s.])")
+SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
+
+
+def rewrite(source):
+    return "".join(IMPORT.sub(r"\1\2 horovod_rs", line) for line in source.splitlines(keepends=True))
+
+
+def stage(horovod, path, work):
+    """The test file and Horovod's test utilities under ``work``, imports rewritten."""
+    target = os.path.join(work, path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    # The file's siblings (base classes) and Horovod's test utilities come along, rewritten too.
+    for folder in (os.path.dirname(path), "test/utils"):
+        source = os.path.join(horovod, folder)
+        os.makedirs(os.path.join(work, folder), exist_ok=True)
+        for name in os.listdir(source) if os.path.isdir(source) else []:
+            if name.endswith(".py"):
+                with open(os.path.join(source, name)) as f:
+                    text = rewrite(f.read())
+                with open(os.path.join(work, folder, name), "w") as f:
+                    f.write(text)
+    return target
+
+
+def collect(target):
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", target],
+                         capture_output=True, text=True, cwd=os.path.dirname(target))
+    tests = [line.strip() for line in out.stdout.splitlines() if "::" in line]
+    if not tests:
+        sys.exit("no tests collected from %s (Horovod's test dependencies: pip install mock parameterized):\n%s"
+                 % (target, (out.stdout + out.stderr)[-2000:]))
+    return tests
+
+
+def run_job(np_, args, cwd, timeout):
+    """One job of ``np_`` ranks running ``pytest args``; returns (outcome counts, output)."""
+    launcher = os.path.join(os.path.dirname(sys.executable), "horovodrs")
+    command = [launcher, "-np", str(np_), "sh", "-c",
+               'PMI_RANK=$HOROVOD_RANK PMI_SIZE=$HOROVOD_SIZE exec "$0" -m pytest -q -p no:cacheprovider "$@"',
+               sys.executable] + args
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=timeout)
+        output = out.stdout + out.stderr
+    except subprocess.TimeoutExpired as e:
+        output = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""))
+        return {"timeout": 1}, output
+    counts = collections.Counter()
+    for rank in range(np_):
+        summary = [line for line in output.splitlines() if line.startswith("[%d]<stdout>:" % rank)
+                   and re.search(r"\d+ (passed|failed|skipped|error)", line) and " in " in line]
+        for number, word in SUMMARY.findall(summary[-1] if summary else ""):
+            counts[(rank, word.rstrip("s") if word.startswith("error") else word)] += int(number)
+    return counts, output
+
+
+def first_error(output):
+    for line in output.splitlines():
+        body = line.split(":", 1)[1] if line.startswith("[") and ">:" in line else line
+        if body.startswith("E   "):
+            return body[4:].strip()[:160]
+    return "(no error line; see the output)"
+
+
+def each_alone(tests, np_, cwd, timeout):
+    outcomes, errors = collections.Counter(), collections.defaultdict(list)
+    for test in tests:
+        counts, output = run_job(np_, [test], cwd, timeout)
+        if "timeout" in counts:
+            outcome = "timeout"
+        elif any(counts[(r, "failed")] or counts[(r, "error")] for r in range(np_)) or not counts:
+            outcome = "failed"
+        elif all(counts[(r, "skipped")] for r in range(np_)):
+            outcome = "skipped"
+        else:
+            outcome = "passed"
+        outcomes[outcome] += 1
+        if outcome in ("failed", "timeout"):
+            errors[first_error(output) if outcome == "failed" else "timed out"].append(test.split("::")[-1])
+        print("  %-8s %s" % (outcome, test), flush=True)
+    return outcomes, errors
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--horovod", required=True, help="a checkout of github.com/horovod/horovod")
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per job")
+    parser.add_argument("--mode", choices=("each", "whole", "both"), default="both")
+    parser.add_argument("-k", help="only tests whose id contains this")
+    parser.add_argument("files", nargs="+", help="test files, relative to the checkout")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="horovod-suite-")
+    try:
+        for path in args.files:
+            target = stage(args.horovod, path, work)
+            cwd = os.path.dirname(target)
+            tests = [t for t in collect(target) if not args.k or args.k in t]
+            print("%s: %d tests" % (path, len(tests)), flush=True)
+            if args.mode in ("each", "both"):
+                outcomes, errors = each_alone(tests, args.np, cwd, args.timeout)
+                print("%s, each test alone on %d ranks: %s" % (path, args.np, dict(outcomes)))
+                for error, names in sorted(errors.items(), key=lambda e: -len(e[1])):
+                    print("  %3d x %s\n        %s" % (len(names), error, " ".join(names)))
+            if args.mode in ("whole", "both"):
+                counts, _ = run_job(args.np, [os.path.basename(target)] + (["-k", args.k] if args.k else []), cwd,
+                                    args.timeout * 10)
+                print("%s, whole file on %d ranks: %s" % (path, args.np, dict(counts)), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
