@@ -297,3 +297,33 @@ def test_grouped_allgather_and_reducescatter_with_gradients():
 def test_a_failed_collective_is_a_horovod_internal_error():
     with pytest.raises(hvd.HorovodInternalError, match="shape"):
         hvd.allreduce(torch.zeros(R + 1), name="mismatched.shapes")
+
+
+def test_a_blocked_wait_lets_signal_handlers_run():
+    # Rank 0 submits late; meanwhile a signal handler on the other ranks interrupts their wait
+    # (as Ctrl-C's KeyboardInterrupt does) long before the collective timeout.
+    import signal
+    import time
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    if R == 0:
+        time.sleep(2)
+        hvd.allreduce(torch.ones(1), name="interrupted.wait")  # the others' submissions complete it
+        hvd.barrier()
+        return
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    started = time.time()
+    try:
+        with pytest.raises(Interrupted):
+            hvd.allreduce(torch.ones(1), name="interrupted.wait")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.time() - started < 30
+    hvd.barrier()  # the interrupted collective still completes once rank 0 submits it

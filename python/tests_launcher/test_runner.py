@@ -165,3 +165,29 @@ def test_bad_hostfiles_are_refused_naming_the_file_and_line(tmp_path):
     assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
     no_np = subprocess.run(HOROVODRS + ["true"], capture_output=True, text=True, timeout=60)
     assert no_np.returncode == 2 and "give -np" in no_np.stderr, no_np.stderr
+
+
+def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
+    import os
+    import signal
+
+    # Each rank writes its pid, then sleeps; the launcher gets SIGTERM, as from a scheduler.
+    script = "import os, time; open(%r + os.environ['HOROVOD_RANK'], 'w').write(str(os.getpid())); time.sleep(120)" \
+        % str(tmp_path / "pid")
+    launcher = subprocess.Popen(HOROVODRS + ["-np", "2", sys.executable, "-c", script])
+    deadline = time.time() + 60
+    while len(list(tmp_path.iterdir())) < 2 or any(p.stat().st_size == 0 for p in tmp_path.iterdir()):
+        assert time.time() < deadline, "the ranks did not start"
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    assert not any(alive(pid) for pid in pids), "ranks outlived their launcher"

@@ -5,12 +5,12 @@
 //! data loaders) run meanwhile. Tensors cross as raw bytes plus dtype and
 //! shape; the Python side (horovod_rs.torch) makes them tensors again.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener,
-    Operation, Payload, ReduceOp, RendezvousService, Request, Transport,
+    Operation, Output, Payload, ReduceOp, RendezvousService, Request, Transport,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
@@ -83,6 +83,37 @@ impl Rendezvous {
     }
 }
 
+/// How often a wait wakes up to let Python run its signal handlers.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// Waits at most `timeout_s` for `handle`'s result without holding the GIL, waking every
+/// `SIGNAL_CHECK` so that Ctrl-C (or a test's timeout) raises here at once instead of after the
+/// whole timeout.
+fn wait_interruptibly(py: Python<'_>, handle: &mut Handle, timeout_s: f64) -> PyResult<Output> {
+    let timeout = Duration::from_secs_f64(timeout_s);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(SIGNAL_CHECK);
+        match py.allow_threads(|| handle.wait(slice)) {
+            Err(horovod_core::Error::Timeout { .. }) if Instant::now() < deadline => {
+                py.check_signals()?
+            }
+            Err(horovod_core::Error::Timeout { .. }) => {
+                return Err(py_err(horovod_core::Error::Timeout {
+                    what: format!(
+                        "after {timeout:?} waiting for tensor '{}' to complete",
+                        handle.name()
+                    ),
+                    rank: None,
+                }))
+            }
+            result => return result.map_err(py_err),
+        }
+    }
+}
+
 /// A submitted collective: wait for its result.
 #[pyclass]
 struct Work {
@@ -101,9 +132,7 @@ impl Work {
             .handle
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
-        let output = py
-            .allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s)))
-            .map_err(py_err)?;
+        let output = wait_interruptibly(py, &mut handle, timeout_s)?;
         Ok((PyBytes::new(py, &output.data), output.shape))
     }
 
@@ -120,9 +149,7 @@ impl Work {
             .handle
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this handle was already waited on"))?;
-        let output = py
-            .allow_threads(|| handle.wait(Duration::from_secs_f64(timeout_s)))
-            .map_err(py_err)?;
+        let output = wait_interruptibly(py, &mut handle, timeout_s)?;
         if output.data.is_lent() && output.data.as_ptr() == out.buf_ptr() as *const u8 {
             return Ok(output.shape);
         }

@@ -255,6 +255,14 @@ def _stop(processes):
             p.wait()
 
 
+def _exit_on(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
+    # SIGTERM (a scheduler stopping the job) and SIGHUP unwind like Ctrl-C does, so the ranks are
+    # stopped before the launcher exits instead of being left running.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on)
     sys.exit(run(args.num_proc, args.command, slots=args.slots, ssh_port=args.ssh_port))
