@@ -327,3 +327,30 @@ def test_a_blocked_wait_lets_signal_handlers_run():
         signal.signal(signal.SIGALRM, previous)
     assert time.time() - started < 30
     hvd.barrier()  # the interrupted collective still completes once rank 0 submits it
+
+
+def test_backward_passes_accumulate_then_reduce_once_and_step_reduces_what_is_pending():
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("bpps.w", w)],
+                                   backward_passes_per_step=2)
+    for scale in (1.0, 2.0):  # two passes: the gradients add up, as Horovod's (no division)
+        (w * (R + 1) * scale).sum().backward()
+    opt.step()
+    mean = sum(r + 1 for r in range(N)) / N
+    assert torch.allclose(w.detach(), torch.full((2,), -3.0 * mean))
+    opt.zero_grad()
+    (w * (R + 1)).sum().backward()  # one pass of two: step() reduces it anyway
+    opt.step()
+    assert torch.allclose(w.detach(), torch.full((2,), -4.0 * mean))
+
+
+def test_skip_synchronize_lets_the_averaged_gradients_be_changed_before_the_step():
+    w = torch.nn.Parameter(torch.zeros(1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("skip.w", w)])
+    (w * (R + 1)).sum().backward()
+    opt.synchronize()
+    w.grad.mul_(10)
+    with opt.skip_synchronize():
+        opt.step()
+    assert torch.allclose(w.detach(), torch.full((1,), -10.0 * sum(r + 1 for r in range(N)) / N))
+    assert opt._parameter_names[w] == "skip.w"

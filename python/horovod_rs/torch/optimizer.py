@@ -6,6 +6,9 @@ gradient is accumulated (so communication overlaps the rest of backward), and ``
 all of them before the wrapped optimizer's update.
 """
 
+import contextlib
+import warnings
+
 import torch
 
 from horovod_rs.torch.compression import Compression
@@ -35,51 +38,90 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise ValueError("named_parameters misses %d of the optimizer's parameters" % len(missing))
         else:
             self._names = {p: "allreduce.noname.param.%d" % i for i, p in enumerate(all_params)}
-        self._handles = {}
-        self._passes = {p: 0 for p in all_params}
-        for p in all_params:
-            if p.requires_grad:
-                p.register_post_accumulate_grad_hook(self._hook)
+        self._parameter_names = self._names  # Horovod's attribute name
+        self._handles = {}  # parameter -> (handle or None while its passes accumulate, ctx)
+        self._passes_left = {p: backward_passes_per_step for p in all_params}
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._requires_update:
+            p.register_post_accumulate_grad_hook(self._hook)
 
     def _hook(self, p):
         if self._op == self._hvd.Adasum:  # Adasum combines the updates in step(), not gradients
             return
-        self._passes[p] += 1
-        if self._passes[p] < self.backward_passes_per_step:
-            return
-        self._passes[p] = 0
-        grad = p.grad
-        if self.backward_passes_per_step > 1:
-            grad = grad / self.backward_passes_per_step
-        compressed, ctx = self._compression.compress(grad)
+        if p in self._handles and self._handles[p][0] is not None and self._passes_left[p] <= 0:
+            raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
+                                 "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+        self._passes_left[p] -= 1
+        # Gradients accumulate in p.grad over the passes, then reduce once, as Horovod's (which
+        # does not divide by the passes either).
+        self._handles[p] = self._reduce_async(p) if self._passes_left[p] == 0 else (None, None)
+
+    def _reduce_async(self, p):
+        if p.grad is None:  # not computed here, maybe on another rank (a dynamic forward)
+            p.grad = torch.zeros_like(p)
+        compressed, ctx = self._compression.compress(p.grad)
         prescale, postscale = 1.0, 1.0
         op = self._op
         if self._predivide != 1.0 and op == self._hvd.Average:
             prescale, postscale = 1.0 / self._predivide, self._predivide / self._process_set.size()
             op = self._hvd.Sum
-        if compressed is p.grad:  # no compression, one pass: reduce the gradient in place
-            handle = self._hvd.allreduce_async_(p.grad, name="grad." + self._names[p], op=op,
-                                                prescale_factor=prescale, postscale_factor=postscale,
-                                                process_set=self._process_set)
+        name = "grad." + self._names[p]
+        if compressed is p.grad:  # no compression: reduce the gradient in place
+            handle = self._hvd.allreduce_async_(p.grad, name=name, op=op, prescale_factor=prescale,
+                                                postscale_factor=postscale, process_set=self._process_set)
         else:
-            handle = self._hvd.allreduce_async(compressed, name="grad." + self._names[p], op=op,
-                                               prescale_factor=prescale, postscale_factor=postscale,
-                                               process_set=self._process_set)
-        self._handles[p] = (handle, ctx)
+            handle = self._hvd.allreduce_async(compressed, name=name, op=op, prescale_factor=prescale,
+                                               postscale_factor=postscale, process_set=self._process_set)
+        return handle, ctx
 
     def synchronize(self):
-        """Waits for every submitted gradient and writes the averages into ``p.grad``."""
+        """Reduces what backward has not submitted yet (gradients of passes short of
+        ``backward_passes_per_step``, parameters without a gradient here), waits for every
+        gradient and writes the averages into ``p.grad``."""
+        if self._op == self._hvd.Adasum:
+            return
+        for p in self._requires_update:
+            if self._handles.get(p, (None, None))[0] is None:
+                self._handles[p] = self._reduce_async(p)
         for p, (handle, ctx) in list(self._handles.items()):
             averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
+            self._passes_left[p] = self.backward_passes_per_step
             if averaged is not p.grad:
                 with torch.no_grad():
                     p.grad.copy_(averaged.reshape(p.grad.shape))
         self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Within the block ``step()`` does not synchronize (call ``synchronize()`` first), as
+        Horovod's, e.g. to clip the averaged gradients between the two."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def zero_grad(self, *args, **kwargs):
+        if any(handle is not None for handle, _ in self._handles.values()):
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
+                                 "a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def step(self, closure=None):
         if self._op == self._hvd.Adasum:
             return self._adasum_step(closure)
-        self.synchronize()
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                              "your code.")
+            self.synchronize()
+        self._synchronized = False
         return super(self.__class__, self).step(closure)
 
     def _adasum_step(self, closure):
