@@ -14,6 +14,7 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,11 +60,13 @@ def run_job(np_, args, cwd, timeout):
     command = [launcher, "-np", str(np_), "sh", "-c",
                'PMI_RANK=$HOROVOD_RANK PMI_SIZE=$HOROVOD_SIZE exec "$0" -m pytest -q -p no:cacheprovider "$@"',
                sys.executable] + args
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                           start_new_session=True)
     try:
-        out = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=timeout)
-        output = out.stdout + out.stderr
-    except subprocess.TimeoutExpired as e:
-        output = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""))
+        output, _ = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)  # the launcher and its ranks
+        output, _ = job.communicate()
         return {"timeout": 1}, output
     counts = collections.Counter()
     for rank in range(np_):
