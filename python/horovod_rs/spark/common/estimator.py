@@ -46,6 +46,25 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         ``_create_model`` takes."""
         raise NotImplementedError()
 
+    def _training_settings(self, run_id, data_spec, resume):
+        """What every framework's remote trainer takes from the shared params."""
+        store = self.getStore()
+        return {
+            "data": data_spec,
+            "batch_size": self.getBatchSize(),
+            "val_batch_size": self.getValBatchSize(),
+            "epochs": self.getEpochs(),
+            "train_steps_per_epoch": self.getTrainStepsPerEpoch(),
+            "validation_steps_per_epoch": self.getValidationStepsPerEpoch(),
+            "shuffle": self.getShuffle() and self.getShufflingBufferSize() != 0,
+            "shuffle_buffer_size": self.getShufflingBufferSize(),
+            "random_seed": self.getRandomSeed(),
+            "verbose": self.getVerbose(),
+            "use_gpu": self.getUseGpu(),
+            "store": store.to_remote(run_id, None) if store is not None else None,
+            "resume": resume,
+        }
+
     def _read_resume(self, run_id):
         """What the framework needs to resume ``run_id`` from the store (None: start afresh)."""
         from horovod_rs.spark.common.checkpoint import read_state

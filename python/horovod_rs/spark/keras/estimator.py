@@ -66,8 +66,7 @@ class KerasEstimator(HorovodEstimator):
     def _remote_trainer(self, run_id, data_spec, resume):
         model = self.getModel()
         optimizer = self.getOptimizer() or model.optimizer
-        store = self.getStore()
-        settings = {
+        settings = dict(self._training_settings(run_id, data_spec, resume), **{
             "model": util.serialize_model(model),
             "optimizer": util.serialize_optimizer(optimizer),
             "custom_objects": _dumps(self.getCustomObjects() or {}, "custom_objects"),
@@ -79,22 +78,9 @@ class KerasEstimator(HorovodEstimator):
             if self.getCheckpointCallback() is not None else None,
             "gradient_compression": _dumps(self.getGradientCompression(), "gradient_compression")
             if self.getGradientCompression() is not None else None,
-            "data": data_spec,
-            "batch_size": self.getBatchSize(),
-            "val_batch_size": self.getValBatchSize(),
-            "epochs": self.getEpochs(),
-            "train_steps_per_epoch": self.getTrainStepsPerEpoch(),
-            "validation_steps_per_epoch": self.getValidationStepsPerEpoch(),
-            "shuffle": self.getShuffle() and self.getShufflingBufferSize() != 0,
-            "shuffle_buffer_size": self.getShufflingBufferSize(),
-            "random_seed": self.getRandomSeed(),
-            "verbose": self.getVerbose(),
-            "use_gpu": self.getUseGpu(),
             "backward_passes_per_step": self.getBackwardPassesPerStep(),
             "floatx": util.keras().backend.floatx(),
-            "store": store.to_remote(run_id, None) if store is not None else None,
-            "resume": resume,
-        }
+        })
         return remote.make_trainer(settings)
 
     def _backend_env(self):

@@ -9,6 +9,7 @@ over the ranks after every epoch; the returned model is the checkpoint callback'
 with ``BestModelCheckpoint``), else the last epoch's.
 """
 
+import functools
 import io
 import os
 
@@ -25,11 +26,7 @@ CHECKPOINT_EXTENSION = ".npz"
 
 def make_trainer(settings):
     """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by KerasEstimator."""
-
-    def train(rank, batches):
-        return _train(settings, rank, batches)
-
-    return train
+    return functools.partial(_train, settings)
 
 
 def _train(s, rank, batches):

@@ -122,7 +122,7 @@ class TorchEstimator(HorovodEstimator):
     def _remote_trainer(self, run_id, data_spec, resume):
         import torch
 
-        model, store = self.getModel(), self.getStore()
+        model = self.getModel()
         legacy = None
         if not self._is_lightning_module():
             optimizer = self._get_optimizer()
@@ -132,7 +132,7 @@ class TorchEstimator(HorovodEstimator):
                       "optimizer_state": state.getvalue(),
                       "parameter_order": util.parameter_order(optimizer, model),
                       "loss": util.dumps(self.getLoss(), "loss")}
-        settings = {
+        settings = dict(self._training_settings(run_id, data_spec, resume), **{
             "package": lightning_package(model),
             "model": util.serialize_model(model),
             "legacy": legacy,
@@ -148,30 +148,12 @@ class TorchEstimator(HorovodEstimator):
             "terminate_on_nan": self.getTerminateOnNan(),
             "debug_data_loader": self.getDebugDataLoader(),
             "num_gpus": self.getNumGPUs(),
-            "data": data_spec,
-            "batch_size": self.getBatchSize(),
-            "val_batch_size": self.getValBatchSize(),
-            "epochs": self.getEpochs(),
-            "train_steps_per_epoch": self.getTrainStepsPerEpoch(),
-            "validation_steps_per_epoch": self.getValidationStepsPerEpoch(),
-            "shuffle": self.getShuffle() and self.getShufflingBufferSize() != 0,
-            "shuffle_buffer_size": self.getShufflingBufferSize(),
-            "random_seed": self.getRandomSeed(),
-            "verbose": self.getVerbose(),
-            "use_gpu": self.getUseGpu(),
-            "store": store.to_remote(run_id, None) if store is not None else None,
-            "resume": resume,
-        }
+        })
         return remote.make_trainer(settings)
-
-    def _read_resume(self, run_id):
-        return self._read_checkpoint(run_id)
 
     def _read_checkpoint(self, run_id):
         """The run's state and last Lightning checkpoint in the store (Horovod's name), or None."""
-        from horovod_rs.spark.common.checkpoint import read_state
-
-        return read_state(self.getStore(), run_id)
+        return self._read_resume(run_id)
 
     def _create_model(self, result, run_id, infos):
         import torch

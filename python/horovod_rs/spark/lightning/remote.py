@@ -9,6 +9,7 @@ the user's ``ModelCheckpoint`` files) to the store. Rank 0 returns the model's f
 (the best checkpoint's, with a ``ModelCheckpoint``) and the last epoch's averaged metrics.
 """
 
+import functools
 import importlib
 import io
 import os
@@ -28,11 +29,7 @@ CHECKPOINT_EXTENSION = ".ckpt"
 
 def make_trainer(settings):
     """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by the estimator."""
-
-    def train(rank, batches):
-        return _train(settings, rank, batches)
-
-    return train
+    return functools.partial(_train, settings)
 
 
 def _train(s, rank, batches):

@@ -95,10 +95,10 @@ class TorchEstimator(HorovodEstimator):
     def _remote_trainer(self, run_id, data_spec, resume):
         import torch
 
-        model, optimizer, store = self.getModel(), self._get_optimizer(), self.getStore()
+        model, optimizer = self.getModel(), self._get_optimizer()
         state = io.BytesIO()
         torch.save(optimizer.state_dict(), state)
-        settings = {
+        settings = dict(self._training_settings(run_id, data_spec, resume), **{
             "model": util.serialize_model(model),
             "optimizer_cls": util.dumps(type(optimizer), "the optimizer's class"),
             "optimizer_state": state.getvalue(),
@@ -112,31 +112,13 @@ class TorchEstimator(HorovodEstimator):
             if self.getGradientCompression() is not None else None,
             "input_shapes": self.getInputShapes(),
             "label_shapes": self.getLabelShapes(),
-            "data": data_spec,
-            "batch_size": self.getBatchSize(),
-            "val_batch_size": self.getValBatchSize(),
-            "epochs": self.getEpochs(),
-            "train_steps_per_epoch": self.getTrainStepsPerEpoch(),
-            "validation_steps_per_epoch": self.getValidationStepsPerEpoch(),
-            "shuffle": self.getShuffle() and self.getShufflingBufferSize() != 0,
-            "shuffle_buffer_size": self.getShufflingBufferSize(),
-            "random_seed": self.getRandomSeed(),
-            "verbose": self.getVerbose(),
-            "use_gpu": self.getUseGpu(),
             "backward_passes_per_step": self.getBackwardPassesPerStep(),
-            "store": store.to_remote(run_id, None) if store is not None else None,
-            "resume": resume,
-        }
+        })
         return remote.make_trainer(settings)
-
-    def _read_resume(self, run_id):
-        return self._load_checkpoint(run_id)
 
     def _load_checkpoint(self, run_id):
         """The run's state and last checkpoint in the store (Horovod's name), or None."""
-        from horovod_rs.spark.common.checkpoint import read_state
-
-        return read_state(self.getStore(), run_id)
+        return self._read_resume(run_id)
 
     def _create_model(self, result, run_id, infos):
         import torch

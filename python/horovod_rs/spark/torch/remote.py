@@ -12,6 +12,7 @@ Horovod's names (``_train_minibatch_fn``, ``_metric_cls``, ``_calculate_loss_fn`
 """
 
 import datetime
+import functools
 import inspect
 import io
 import os
@@ -29,11 +30,7 @@ CHECKPOINT_EXTENSION = ".pt"
 
 def make_trainer(settings):
     """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by TorchEstimator."""
-
-    def train(rank, batches):
-        return _train(settings, rank, batches)
-
-    return train
+    return functools.partial(_train, settings)
 
 
 def _train(s, rank, batches):

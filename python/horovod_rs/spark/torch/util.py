@@ -127,7 +127,10 @@ def _is_user_module(module):
         return False
     installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     installed |= {sys.prefix, sys.base_prefix}
-    return not any(os.path.abspath(path).startswith(os.path.abspath(p) + os.sep) for p in installed)
+    if any(os.path.abspath(path).startswith(os.path.abspath(p) + os.sep) for p in installed):
+        return False
+    # Installed packages reached through a .pth file (an environment layered on another).
+    return not {"site-packages", "dist-packages"} & set(os.path.abspath(path).split(os.sep))
 
 
 def _modules_of(value, seen=None):
