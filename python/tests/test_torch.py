@@ -267,10 +267,25 @@ def test_alltoall_gradient_goes_back_to_the_sender():
     assert torch.equal(x.grad, torch.full((N, 1), float(R)))
 
 
-def test_reducescatter_gradient_is_the_gathered_gradient():
+def test_reducescatter_gradient_is_the_gathered_gradient_by_horovods_rule():
     x = torch.ones(N * 2, requires_grad=True)
     hvd.reducescatter(x, op=hvd.Sum).sum().backward()
-    assert torch.equal(x.grad, torch.ones(N * 2))
+    assert torch.equal(x.grad, torch.full((N * 2,), float(N)))  # times the ranks for Sum, as Horovod
+    y = torch.ones(N * 2, requires_grad=True)
+    hvd.reducescatter(y, op=hvd.Average, prescale_factor=2.0).sum().backward()
+    assert torch.equal(y.grad, torch.full((N * 2,), 2.0))
+
+
+def test_reducescatter_scales_integers_as_horovod_and_refuses_scalars_and_adasum():
+    result = hvd.reducescatter(torch.full((N * 2,), 3, dtype=torch.int32), op=hvd.Sum, prescale_factor=0.5,
+                               postscale_factor=2.0)
+    assert result.tolist() == [2 * N, 2 * N]  # int(3 * 0.5) = 1 per rank, summed, doubled
+    with pytest.raises(ValueError, match="scalar"):
+        hvd.reducescatter(torch.tensor(1.0))
+    with pytest.raises(RuntimeError, match="Adasum"):
+        hvd.reducescatter(torch.ones(N), op=hvd.Adasum)
+    summed = hvd.allreduce(torch.full((2,), 3, dtype=torch.int64), op=hvd.Sum, prescale_factor=0.5)
+    assert summed.tolist() == [N, N]
 
 
 def test_int16_reduces():
@@ -291,7 +306,7 @@ def test_grouped_allgather_and_reducescatter_with_gradients():
     (rx,) = hvd.grouped_reducescatter([x], op=hvd.Sum)
     assert torch.equal(rx, torch.full((2,), float(N)))
     rx.sum().backward()
-    assert torch.equal(x.grad, torch.ones(N * 2))
+    assert torch.equal(x.grad, torch.full((N * 2,), float(N)))
 
 
 def test_a_failed_collective_is_a_horovod_internal_error():
@@ -354,3 +369,25 @@ def test_skip_synchronize_lets_the_averaged_gradients_be_changed_before_the_step
         opt.step()
     assert torch.allclose(w.detach(), torch.full((1,), -10.0 * sum(r + 1 for r in range(N)) / N))
     assert opt._parameter_names[w] == "skip.w"
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_embedding_gradients(sparse_as_dense):
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(10, 3, sparse=True)
+    hvd.broadcast_parameters(embedding.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(embedding.parameters(), lr=1.0),
+                                   named_parameters=embedding.named_parameters(), sparse_as_dense=sparse_as_dense)
+    before = embedding.weight.detach().clone()
+    embedding(torch.tensor([R % 10])).sum().backward()
+    opt.step()
+    moved = (before - embedding.weight.detach()).abs().sum(dim=1)
+    # Every rank's row moved by the averaged gradient (1/N per element, 3 elements).
+    for r in range(min(N, 10)):
+        assert torch.isclose(moved[r], torch.tensor(3.0 / N)), (r, moved)
+
+
+def test_sparse_allreduce_async_returns_a_function_giving_the_sparse_result():
+    t = torch.sparse_coo_tensor([[R]], [float(R + 1)], (N,))
+    result = hvd.sparse_allreduce_async(t, name="sparse.t", op=hvd.Sum)()
+    assert torch.equal(result.to_dense(), torch.arange(1, N + 1, dtype=torch.float32))

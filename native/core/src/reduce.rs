@@ -112,8 +112,8 @@ pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static + seale
     /// Divides every element by `n` (the last step of `Average`).
     fn divide(data: &mut [Self], n: usize);
 
-    /// Multiplies every element by `factor`. Integers are left unchanged:
-    /// callers refuse factors other than 1 for them.
+    /// Multiplies every element by `factor`; integers compute in `f64` and
+    /// truncate toward zero.
     #[doc(hidden)]
     fn scale(data: &mut [Self], factor: f64);
 
@@ -211,7 +211,12 @@ macro_rules! int_element {
                 }
             }
 
-            fn scale(_data: &mut [Self], _factor: f64) {}
+            fn scale(data: &mut [Self], factor: f64) {
+                // In f64, truncated back (saturating), as Horovod scales integers.
+                for x in data {
+                    *x = (*x as f64 * factor) as $t;
+                }
+            }
 
             fn to_f64(self) -> f64 {
                 self as f64
@@ -351,15 +356,17 @@ mod tests {
     }
 
     #[test]
-    fn small_integers_wrap_and_are_never_scaled() {
+    fn small_integers_wrap_and_scale_in_f64_truncated() {
         let mut dst = [250u8, 3];
         u8::reduce(&mut dst, &[10, 4], ReduceOp::Sum);
         assert_eq!(dst, [4, 7]);
         let mut dst = [-128i8, 5];
         i8::reduce(&mut dst, &[-1, -6], ReduceOp::Max);
         assert_eq!(dst, [-1, 5]);
-        i8::scale(&mut dst, 3.0);
-        assert_eq!(dst, [-1, 5]);
+        i8::scale(&mut dst, 0.5);
+        assert_eq!(dst, [0, 2]);
+        i8::scale(&mut dst, 1000.0);
+        assert_eq!(dst, [0, 127]);
     }
 
     #[test]

@@ -362,6 +362,24 @@ def allgather(tensor, name=None, process_set=None):
     return _Allgather.apply(tensor, name, process_set)
 
 
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """A sparse tensor's allreduce as Horovod's: every rank's indices and values gathered (the
+    sum of sparse tensors concatenates them; averages divide the values). Returns a function
+    that waits and gives the sparse result."""
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(), "%s.indices" % name, process_set)
+    values = allgather_async(tensor._values(), "%s.values" % name, process_set)
+
+    def result():
+        gathered_values, gathered_indices = synchronize(values), synchronize(indices)
+        if op == Average:
+            gathered_values = gathered_values / _process_sets.engine(process_set)[0].size()
+        if gathered_indices.dim() == 0 or gathered_values.dim() == 0:
+            return tensor.new().resize_as_(tensor)
+        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values, tensor.size())
+
+    return result
+
+
 def grouped_allgather_async(tensors, name=None, process_set=None):
     base = name or basics.next_name("grouped_allgather", _process_sets.engine(process_set)[1])
     return [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
@@ -460,53 +478,81 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return output if splits is None else (output, received_splits)
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=None):
-    return _submit("reducescatter", tensor, name, op=op, process_set=process_set)
+def _scaled(tensor, factor):
+    """``tensor * factor`` as Horovod scales: integers in float64, truncated back."""
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_floating_point:
+        return tensor * factor
+    return (tensor.to(torch.float64) * factor).to(tensor.dtype)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
+    if op == Adasum:
+        raise NotImplementedError("reducescatter does not support Adasum (Horovod's neither)")
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter splits the first dimension: it needs a tensor of at least one dimension, "
+                         "not a scalar")
+    handle = _submit("reducescatter", _scaled(tensor, prescale_factor), name, op=op, process_set=process_set)
+    if postscale_factor != 1.0:
+        _handles[handle].finish = lambda result: _scaled(result, postscale_factor)
+    return handle
 
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, process_set):
-        ctx.op, ctx.process_set = op, process_set
-        return synchronize(reducescatter_async(tensor, name, op, process_set))
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.options = (op, process_set, prescale_factor, postscale_factor)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allgather(grad_output, process_set=ctx.process_set)
-        if ctx.op == Average:
-            grad = grad / _process_sets.engine(ctx.process_set)[0].size()
-        return grad, None, None, None
+        grad = allgather(_reducescatter_grad_scale(grad_output, *ctx.options), process_set=ctx.options[1])
+        return (grad,) + (None,) * 5
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None):
+def _reducescatter_grad_scale(grad, op, process_set, prescale_factor, postscale_factor):
+    """Horovod's rule for a reducescatter's gradient, before it is gathered: times the ranks for
+    Sum, times the scale factors."""
+    factor = prescale_factor * postscale_factor
+    if op == Sum:
+        factor *= _process_sets.engine(process_set)[0].size()
+    return grad * factor if factor != 1.0 else grad
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
     compressed, ctx = compression.compress(tensor)
-    return compression.decompress(_Reducescatter.apply(compressed, name, op, process_set), ctx)
+    result = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(result, ctx)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None):
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0):
     base = name or basics.next_name("grouped_reducescatter", _process_sets.engine(process_set)[1])
-    return [reducescatter_async(t, "%s.%d" % (base, i), op, process_set) for i, t in enumerate(tensors)]
+    return [reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor, postscale_factor)
+            for i, t in enumerate(tensors)]
 
 
 class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, process_set, *tensors):
-        ctx.op, ctx.process_set = op, process_set
-        return tuple(synchronize(h) for h in grouped_reducescatter_async(list(tensors), name, op, process_set))
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.options = (op, process_set, prescale_factor, postscale_factor)
+        handles = grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor, postscale_factor)
+        return tuple(synchronize(h) for h in handles)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        grads = grouped_allgather(list(grad_outputs), process_set=ctx.process_set)
-        if ctx.op == Average:
-            size = _process_sets.engine(ctx.process_set)[0].size()
-            grads = [g / size for g in grads]
-        return (None, None, None) + tuple(grads)
+        scaled = [_reducescatter_grad_scale(g, *ctx.options) for g in grad_outputs]
+        return (None,) * 5 + tuple(grouped_allgather(scaled, process_set=ctx.options[1]))
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None):
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
     """``reducescatter`` of every tensor, submitted together."""
     pairs = [compression.compress(t) for t in tensors]
-    results = _GroupedReducescatter.apply(name, op, process_set, *[p[0] for p in pairs])
+    results = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                          *[p[0] for p in pairs])
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs)]
 
 

@@ -16,7 +16,7 @@ from horovod_rs.torch.compression import Compression
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, process_set):
+                 gradient_predivide_factor, process_set, sparse_as_dense):
         super(self.__class__, self).__init__(params)
         from horovod_rs import torch as hvd
 
@@ -25,6 +25,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = backward_passes_per_step
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
@@ -61,6 +62,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _reduce_async(self, p):
         if p.grad is None:  # not computed here, maybe on another rank (a dynamic forward)
             p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:  # e.g. nn.Embedding(sparse=True)
+            if not self._sparse_as_dense:
+                return self._hvd.sparse_allreduce_async(p.grad, "grad." + self._names[p], self._op,
+                                                        self._process_set), None
+            p.grad = p.grad.to_dense()
         compressed, ctx = self._compression.compress(p.grad)
         prescale, postscale = 1.0, 1.0
         op = self._op
@@ -86,8 +92,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if self._handles.get(p, (None, None))[0] is None:
                 self._handles[p] = self._reduce_async(p)
         for p, (handle, ctx) in list(self._handles.items()):
-            averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
             self._passes_left[p] = self.backward_passes_per_step
+            if callable(handle):  # a sparse gradient's allreduce
+                p.grad = handle()
+                continue
+            averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
             if averaged is not p.grad:
                 with torch.no_grad():
                     p.grad.copy_(averaged.reshape(p.grad.shape))
@@ -140,9 +149,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0, process_set=None):
+                         backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False, process_set=None):
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over every rank (of
-    ``process_set``, when given)."""
+    ``process_set``, when given). Sparse gradients are reduced by gathering their indices and
+    values, or as dense tensors with ``sparse_as_dense``. ``num_groups`` and ``groups`` (Horovod's
+    grouping of gradients into fused allreduces) are accepted; the engine fuses by itself."""
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, process_set)
+               gradient_predivide_factor, process_set, sparse_as_dense)

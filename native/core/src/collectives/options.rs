@@ -3,8 +3,8 @@
 //!
 //! * Scale factors (Horovod's `prescale_factor` / `postscale_factor`)
 //!   multiply the input before and the result after the reduction. As in
-//!   Horovod they apply to floating-point data only: integer data with a
-//!   factor other than 1 is refused.
+//!   Horovod, integers are scaled in `f64` and truncated back; factors must
+//!   be finite.
 //! * [`Compression::Fp16`] (Horovod's `Compression.fp16`) carries `f32`,
 //!   `f64` and `bf16` data as `f16` on the wire and reduces it there: half the
 //!   bytes of `f32`, at `f16`'s precision and range. Other types are sent
@@ -89,11 +89,10 @@ impl AllreduceOptions {
 
     /// Why these options cannot apply to `dtype`, if they cannot.
     fn refusal(&self, dtype: DataType) -> Option<String> {
-        let scaled = self.prescale != 1.0 || self.postscale != 1.0;
-        (scaled && !dtype.is_float()).then(|| {
+        let finite = self.prescale.is_finite() && self.postscale.is_finite();
+        (!finite).then(|| {
             format!(
-                "prescale and postscale factors apply to floating-point data only, \
-                 got {} and {} for {dtype}",
+                "prescale and postscale factors must be finite, got {} and {} for {dtype}",
                 self.prescale, self.postscale
             )
         })
@@ -111,7 +110,7 @@ impl Communicator {
     /// an error the contents of `data` are unspecified.
     ///
     /// # Errors
-    /// `InvalidArgument` for scale factors other than 1 on integer data;
+    /// `InvalidArgument` for scale factors that are not finite;
     /// otherwise as [`Communicator::allreduce`].
     pub fn allreduce_with<T: Element>(
         &mut self,

@@ -489,8 +489,7 @@ fn stand_in(response: &ReadyResponse) -> Result<Submission> {
 }
 
 /// What the transport's allreduce computes for an allreduce response; the
-/// transport applies the scale factors (request validation has limited them
-/// to float tensors).
+/// transport applies the scale factors (request validation has checked them).
 fn allreduce_options(op: ReduceOp, prescale: f64, postscale: f64) -> AllreduceOptions {
     AllreduceOptions::new(op)
         .with_prescale(prescale)

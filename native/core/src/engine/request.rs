@@ -157,7 +157,7 @@ impl Request {
 
     /// Checks what can be checked on this rank alone: the data length
     /// matches the shape (a barrier may also carry no data at all), broadcast roots and alltoall splits fit `size`
-    /// ranks, scale factors are finite and only used on float tensors.
+    /// ranks, scale factors are finite.
     pub(crate) fn validate(&self, size: usize) -> Result<()> {
         let invalid = |what: String| Err(Error::InvalidArgument(format!("{}: {what}", self.name)));
         if self.name.is_empty() {
@@ -203,17 +203,8 @@ impl Request {
                 prescale,
                 postscale,
                 ..
-            } => {
-                if !prescale.is_finite() || !postscale.is_finite() {
-                    return invalid("scale factors must be finite".into());
-                }
-                let scaled = *prescale != 1.0 || *postscale != 1.0;
-                if scaled && !self.dtype.is_float() {
-                    return invalid(format!(
-                        "prescale and postscale apply to float tensors, not {}",
-                        self.dtype
-                    ));
-                }
+            } if !prescale.is_finite() || !postscale.is_finite() => {
+                return invalid("scale factors must be finite".into());
             }
             Operation::Broadcast { root } if *root >= size => {
                 return invalid(format!("broadcast root {root} is not a rank of {size}"));
@@ -444,7 +435,15 @@ mod tests {
         };
         assert!(request(scaled.clone(), DataType::I32, &[1], 4)
             .validate(1)
-            .is_err());
+            .is_ok());
         assert!(request(scaled, DataType::F64, &[1], 8).validate(1).is_ok());
+        let infinite = Operation::Allreduce {
+            op: ReduceOp::Sum,
+            prescale: f64::INFINITY,
+            postscale: 1.0,
+        };
+        assert!(request(infinite, DataType::F64, &[1], 8)
+            .validate(1)
+            .is_err());
     }
 }
