@@ -62,12 +62,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _reduce_async(self, p):
         if p.grad is None:  # not computed here, maybe on another rank (a dynamic forward)
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:  # e.g. nn.Embedding(sparse=True)
+        grad = p.grad
+        if grad.is_sparse:  # e.g. nn.Embedding(sparse=True)
             if not self._sparse_as_dense:
-                return self._hvd.sparse_allreduce_async(p.grad, "grad." + self._names[p], self._op,
+                return self._hvd.sparse_allreduce_async(grad, "grad." + self._names[p], self._op,
                                                         self._process_set), None
-            p.grad = p.grad.to_dense()
-        compressed, ctx = self._compression.compress(p.grad)
+            grad = grad.to_dense()  # reduced dense, made sparse again for the optimizer
+        compressed, ctx = self._compression.compress(grad)
         prescale, postscale = 1.0, 1.0
         op = self._op
         if self._predivide != 1.0 and op == self._hvd.Average:
@@ -97,6 +98,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = handle()
                 continue
             averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
+            if p.grad.is_sparse:
+                p.grad = averaged.reshape(p.grad.shape).to_sparse()
+                continue
             if averaged is not p.grad:
                 with torch.no_grad():
                     p.grad.copy_(averaged.reshape(p.grad.shape))
