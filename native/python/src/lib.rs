@@ -90,27 +90,27 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 /// `SIGNAL_CHECK` so that Ctrl-C (or a test's timeout) raises here at once instead of after the
 /// whole timeout.
 fn wait_interruptibly(py: Python<'_>, handle: &mut Handle, timeout_s: f64) -> PyResult<Output> {
-    let timeout = Duration::from_secs_f64(timeout_s);
-    let deadline = Instant::now() + timeout;
+    let timeout = Duration::try_from_secs_f64(timeout_s)
+        .map_err(|_| PyValueError::new_err(format!("invalid timeout {timeout_s} s")))?;
+    let deadline = Instant::now().checked_add(timeout);
     loop {
-        let slice = deadline
-            .saturating_duration_since(Instant::now())
-            .min(SIGNAL_CHECK);
-        match py.allow_threads(|| handle.wait(slice)) {
-            Err(horovod_core::Error::Timeout { .. }) if Instant::now() < deadline => {
-                py.check_signals()?
-            }
-            Err(horovod_core::Error::Timeout { .. }) => {
-                return Err(py_err(horovod_core::Error::Timeout {
-                    what: format!(
-                        "after {timeout:?} waiting for tensor '{}' to complete",
-                        handle.name()
-                    ),
-                    rank: None,
-                }))
-            }
-            result => return result.map_err(py_err),
+        let left = deadline.map_or(SIGNAL_CHECK, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let slice = left.min(SIGNAL_CHECK);
+        if py.allow_threads(|| handle.wait_ready(slice)) {
+            return handle.wait(Duration::ZERO).map_err(py_err);
         }
+        if left <= slice {
+            return Err(py_err(horovod_core::Error::Timeout {
+                what: format!(
+                    "after {timeout:?} waiting for tensor '{}' to complete",
+                    handle.name()
+                ),
+                rank: None,
+            }));
+        }
+        py.check_signals()?;
     }
 }
 

@@ -66,6 +66,31 @@ impl Handle {
         !matches!(*self.lock(), Slot::Waiting)
     }
 
+    /// Blocks until the result is available (or was taken) or `timeout` has
+    /// passed, and says which; the result stays for [`Handle::wait`] or
+    /// [`Handle::poll`] to take. Lets a caller wait in slices (to handle
+    /// signals between them) without mistaking a slice's end for a result.
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut slot = self.lock();
+        while matches!(*slot, Slot::Waiting) {
+            let left = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => Duration::from_secs(3600),
+            };
+            if left.is_zero() {
+                return false;
+            }
+            slot = self
+                .shared
+                .done
+                .wait_timeout(slot, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
     /// The result if it is available, without blocking; `None` while the
     /// request is in flight.
     pub fn poll(&mut self) -> Option<Result<Output>> {
@@ -174,6 +199,20 @@ mod tests {
         assert!(handle.is_done());
         let again = handle.poll().unwrap().unwrap_err();
         assert!(again.to_string().contains("already taken"), "{again}");
+    }
+
+    #[test]
+    fn wait_ready_leaves_the_result_for_wait() {
+        let (mut handle, completer) = pair("ready");
+        assert!(!handle.wait_ready(Duration::from_millis(10)));
+        completer.complete(Err(Error::Timeout {
+            what: "waiting for rank 1".into(),
+            rank: Some(1),
+        }));
+        assert!(handle.wait_ready(Duration::from_millis(10)));
+        let err = handle.wait(Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("rank 1"), "{err}");
+        assert!(handle.wait_ready(Duration::ZERO), "taken counts as ready");
     }
 
     #[test]
