@@ -6,6 +6,8 @@ allgather, alltoall) take any fixed-size type: one the engine lacks travels as i
 trailing axis of ``itemsize`` uint8), so bool, uint16 or complex tensors broadcast as Horovod's do.
 """
 
+import pickle
+
 import numpy as np
 
 from horovod_rs.common import basics
@@ -15,9 +17,21 @@ _DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int16", "int32", "int64", 
 _MOVES_DATA = ("broadcast", "allgather", "alltoall")
 
 
+def _dumps(obj):
+    """``obj`` as bytes ``pickle.loads`` reads: through cloudpickle when installed (as Horovod), so
+    lambdas and classes defined in ``__main__`` travel too."""
+    try:
+        import cloudpickle
+    except ImportError:
+        return pickle.dumps(obj)
+    return cloudpickle.dumps(obj)
+
+
 def engine_dtype(dtype):
     """The engine's name for numpy ``dtype``, or None if the engine has no such type."""
-    return _DTYPES.get(np.dtype(dtype))
+    dtype = np.dtype(dtype)
+    # bfloat16 is not numpy's own: TensorFlow's arrays carry ml_dtypes' type of that name.
+    return _DTYPES.get(dtype) or ("bfloat16" if dtype.name == "bfloat16" else None)
 
 
 class Submitted:
@@ -82,11 +96,56 @@ def allgather(array, name=None, process_set=None):
     return submit("allgather", array, name, process_set).wait()
 
 
-def allgather_object(obj, name, process_set=None):
-    """Every rank's ``obj`` (pickled), in rank order."""
-    import pickle
+def alltoall_splits(splits, rows, ranks):
+    """The rows ``rows`` of an alltoall's input send to each of ``ranks`` ranks: ``splits`` (any
+    sequence of integers) checked, or an equal share when it is None."""
+    if splits is None:
+        if rows % ranks:
+            raise ValueError("alltoall without splits needs a first dimension divisible by %d, not %d" % (ranks, rows))
+        return [rows // ranks] * ranks
+    splits = [int(s) for s in np.asarray(splits).reshape(-1)]
+    if len(splits) != ranks or sum(splits) != rows or min(splits, default=0) < 0:
+        raise ValueError("alltoall splits %s need one entry per rank (%d), none negative, summing to the first "
+                         "dimension %d" % (splits, ranks, rows))
+    return splits
 
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+
+def alltoall(array, splits=None, name=None, process_set=None):
+    """Rank r's ``splits[i]`` rows go to rank i. Returns the rows this rank received, by sender, and
+    how many each rank sent it."""
+    engine, set_id = process_sets.engine(process_set)
+    array = np.asarray(array)
+    if array.ndim == 0:
+        raise ValueError("alltoall splits the first dimension: it needs a tensor of at least one dimension")
+    n = engine.size()
+    splits = alltoall_splits(splits, array.shape[0], n)
+    name = name or basics.next_name("alltoall", set_id)
+    # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
+    received = submit("alltoall", np.array(splits, dtype=np.int32).reshape(n, 1), name + ".splits", process_set,
+                      splits=[1] * n)
+    rows = submit("alltoall", array, name, process_set, splits=splits)
+    return rows.wait(), received.wait().reshape(-1)
+
+
+def join():
+    """Horovod's join: waits until every rank has joined; the rank that joined last."""
+    return int(submit("join", np.zeros((), dtype=np.int32), "join").wait())
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """``obj`` from ``root_rank`` on every rank (pickled)."""
+    name = name or basics.next_name("broadcast_object", process_sets.engine(process_set)[1])
+    payload = np.frombuffer(_dumps(obj), dtype=np.uint8)
+    length = broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".length", process_set)
+    if basics.rank() != root_rank:
+        payload = np.zeros(int(length[0]), dtype=np.uint8)
+    return pickle.loads(broadcast(payload, root_rank, name, process_set).tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's ``obj`` (pickled), in rank order."""
+    name = name or basics.next_name("allgather_object", process_sets.engine(process_set)[1])
+    payload = np.frombuffer(_dumps(obj), dtype=np.uint8)
     lengths = allgather(np.array([payload.size], dtype=np.int64), name=name + ".lengths", process_set=process_set)
     data = allgather(payload, name=name, process_set=process_set).tobytes()
     objects, offset = [], 0

@@ -1,1 +1,323 @@
-"""horovod_rs for TensorFlow: see horovod_rs.tensorflow.keras."""
+"""Horovod's TensorFlow 2 API on the horovod-rs engine: ``import horovod_rs.tensorflow as hvd``.
+
+Names and semantics follow ``horovod.tensorflow``: the collectives on tensors (differentiable),
+``DistributedGradientTape`` for custom training loops, ``broadcast_variables`` and the object
+helpers, ``Compression``, process sets. ``horovod_rs.tensorflow.keras`` has the Keras API.
+TensorFlow 1's sessions and hooks are not provided.
+"""
+
+import tensorflow as tf
+
+from horovod_rs.tensorflow.compression import Compression
+from horovod_rs.tensorflow.functions import (  # noqa: F401  (Horovod's API)
+    allgather_object,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
+from horovod_rs.tensorflow.mpi_ops import (  # noqa: F401  (Horovod's API)
+    Adasum,
+    Average,
+    HorovodInternalError,
+    Max,
+    Min,
+    ProcessSet,
+    Product,
+    Sum,
+    _allreduce,
+    _grouped_allreduce,
+    _grouped_reducescatter,
+    _reducescatter,
+    add_process_set,
+    allgather,
+    alltoall,
+    barrier,
+    broadcast,
+    broadcast_,
+    ccl_built,
+    check_num_rank_power_of_2,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    global_process_set,
+    gloo_built,
+    gloo_enabled,
+    grouped_allgather,
+    handle_average_backwards_compatibility,
+    init,
+    is_homogeneous,
+    is_initialized,
+    join,
+    local_rank,
+    local_rank_op,
+    local_size,
+    local_size_op,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    process_set_included_op,
+    rank,
+    rank_op,
+    remove_process_set,
+    rocm_built,
+    shutdown,
+    size,
+    size_op,
+    start_timeline,
+    stop_timeline,
+)
+from horovod_rs.tensorflow.util import _executing_eagerly  # noqa: F401
+
+
+def _sparse_allreduce(slices, op, prescale_factor, postscale_factor, process_set):
+    """An ``IndexedSlices`` reduced as Horovod does: every rank's rows and indices gathered
+    (duplicate indices add up when applied), divided by the ranks for Average."""
+    if op == Adasum:
+        raise NotImplementedError("The Adasum reduction does not currently support sparse tensors. As a "
+                                  "workaround please pass sparse_as_dense=True to DistributedOptimizer")
+    if op not in (Sum, Average):
+        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+    values, indices = grouped_allgather([slices.values, slices.indices], process_set=process_set) \
+        if slices.values.dtype == slices.indices.dtype else \
+        (allgather(slices.values, process_set=process_set), allgather(slices.indices, process_set=process_set))
+    if op == Average:
+        values = values / tf.cast(process_set.size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
+    """Allreduces of ``tensors`` (``tf.Tensor``, ``tf.Variable`` or ``tf.IndexedSlices``), the dense
+    ones submitted together so the engine fuses them. ``op`` is Average unless given."""
+    if not tensors:
+        return tensors
+    op = handle_average_backwards_compatibility(op, average)
+    results = [None] * len(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            results[i] = _sparse_allreduce(t, op, prescale_factor, postscale_factor, process_set)
+    if dense:
+        compressed = [compression.compress(tensors[i]) for i in dense]
+        reduced = _grouped_allreduce([c for c, _ in compressed], name=name, op=op, prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, process_set=process_set)
+        for i, r, (_, ctx) in zip(dense, reduced, compressed):
+            results[i] = compression.decompress(r, ctx)
+    return results
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """The element-wise average (or ``op``: Sum, Min, Max, Product) of ``tensor`` over the ranks
+    (of ``process_set``); an ``IndexedSlices`` gathers every rank's rows instead. ``device_*`` are
+    accepted for Horovod's signature: reductions run on the host."""
+    return grouped_allreduce([tensor], average, device_dense, device_sparse, compression, op, prescale_factor,
+                             postscale_factor, process_set, ignore_name_scope, name)[0]
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Each tensor reduced over the ranks, this rank keeping its share of the first dimension."""
+    if not tensors:
+        return tensors
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _grouped_reducescatter([c for c, _ in compressed], op=op, process_set=process_set,
+                                     prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """``tensor`` reduced over the ranks (Average by default), this rank keeping its share of the
+    first dimension (the first ranks one row more when it does not divide evenly)."""
+    compressed, ctx = compression.compress(tensor)
+    reduced = _reducescatter(compressed, name=name, op=op, process_set=process_set,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def broadcast_global_variables(root_rank):
+    """TensorFlow 1's broadcast of every global variable; in TF2 use ``broadcast_variables``."""
+    if _executing_eagerly():
+        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. "
+                           "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+def _gradient_allreduce(compression, sparse_as_dense, op, gradient_predivide_factor, process_set):
+    """The function that reduces a step's gradients (None stays None) for the tape and the
+    optimizer, with Horovod's options."""
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == Adasum:
+        raise NotImplementedError("horovod_rs.tensorflow does not run op=Adasum; horovod_rs.torch does")
+    # Average splits its division around the sum: 1/f before, f/size after (the engine divides).
+    prescale, postscale = (1.0 / gradient_predivide_factor, gradient_predivide_factor) if op == Average else (1.0, 1.0)
+
+    def allreduce_grads(grads, name=None):
+        if sparse_as_dense:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if process_set.size() == 1 or not process_set.included() or not present:
+            return list(grads)
+        reduced = grouped_allreduce([grads[i] for i in present], compression=compression, op=op,
+                                    prescale_factor=prescale, postscale_factor=postscale, process_set=process_set,
+                                    name=name)
+        out = list(grads)
+        for i, r in zip(present, reduced):
+            out[i] = r
+        return out
+
+    return allreduce_grads
+
+
+def _check_groups(groups, num_groups):
+    """Horovod's ``groups``/``num_groups`` checked; the engine fuses every step's gradients
+    anyway, so the grouping itself changes no result."""
+    groups = num_groups if groups is None and num_groups else groups
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """A ``tf.GradientTape`` whose ``gradient`` averages the gradients over the ranks (the ones of
+    registered local sources stay this rank's, divided by the ranks unless
+    ``scale_local_gradients=False``)."""
+
+    def __init__(self, persistent, watch_accessed_variables, allreduce_grads, process_set,
+                 scale_local_gradients):
+        super().__init__(persistent, watch_accessed_variables)
+        self._allreduce_grads = allreduce_grads
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self._local_sources = set()
+
+    def register_local_source(self, source):
+        """Keeps ``source``'s gradient on this rank: it is not reduced over the ranks."""
+        self._local_sources.add(source.ref())
+
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
+        flat = tf.nest.flatten(sources)
+        grads = super().gradient(target, flat, output_gradients)
+        shared = [i for i, s in enumerate(flat) if s.ref() not in self._local_sources]
+        reduced = self._allreduce_grads([grads[i] for i in shared])
+        for i, g in zip(shared, reduced):
+            grads[i] = g
+        if self.scale_local_gradients and self._local_sources:
+            # As Horovod (its pull 3695): local gradients are divided by the ranks too.
+            n = float(self.process_set.size())
+            for i, s in enumerate(flat):
+                if s.ref() in self._local_sources and grads[i] is not None:
+                    g = grads[i]
+                    grads[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape) \
+                        if isinstance(g, tf.IndexedSlices) else g / n
+        return tf.nest.pack_sequence_as(sources, grads)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None, use_generic_names=False):
+        """``(local, global)``: lists of ``(source, gradient)`` for registered local sources and the
+        others."""
+        grads = self.gradient(target, sources, output_gradients, use_generic_names)
+        local, shared = [], []
+        for s, g in zip(sources, grads):
+            (local if s.ref() in self._local_sources else shared).append((s, g))
+        return local, shared
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                            sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                            groups=None, process_set=global_process_set, scale_local_gradients=True):
+    """``gradtape`` (a ``tf.GradientTape`` that recorded the forward pass) whose ``gradient``
+    returns the gradients averaged over the ranks, all submitted together so the engine fuses
+    them. ``IndexedSlices`` (embedding gradients) are gathered, or reduced dense with
+    ``sparse_as_dense``."""
+    _check_groups(groups, num_groups)
+    tape = _DistributedGradientTape(gradtape._persistent, gradtape._watch_accessed_variables,
+                                    _gradient_allreduce(compression, sparse_as_dense, op, gradient_predivide_factor,
+                                                        process_set),
+                                    process_set, scale_local_gradients)
+    tape._tape = gradtape._tape  # what gradtape recorded
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """``DistributedGradientTape`` that keeps the gradients of ``local_layers`` (Keras layers) on
+    this rank."""
+    import keras
+
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape
+
+
+class _DistributedLegacyOptimizer(tf.compat.v1.train.Optimizer):
+    """A ``tf.compat.v1.train.Optimizer`` whose ``compute_gradients`` averages the gradients over
+    the ranks."""
+
+    def __init__(self, optimizer, name, use_locking, allreduce_grads):
+        super().__init__(name=name or "Distributed%s" % type(optimizer).__name__, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._allreduce_grads = allreduce_grads
+
+    def compute_gradients(self, *args, **kwargs):
+        pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        grads = self._allreduce_grads([g for g, _ in pairs])
+        return list(zip(grads, [v for _, v in pairs]))
+
+    def apply_gradients(self, *args, **kwargs):
+        return self._optimizer.apply_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
+    """``optimizer`` with its gradients averaged over the ranks: a Keras optimizer goes to
+    ``horovod_rs.tensorflow.keras.DistributedOptimizer``; a ``tf.compat.v1.train.Optimizer``
+    reduces in ``compute_gradients``."""
+    _check_groups(groups, num_groups)
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if backward_passes_per_step > 1:
+            raise ValueError("backward_passes_per_step > 1 is not supported for tf.compat.v1.train.Optimizer; "
+                             "use a Keras optimizer")
+        return _DistributedLegacyOptimizer(optimizer, name, use_locking,
+                                           _gradient_allreduce(compression, sparse_as_dense, op,
+                                                               gradient_predivide_factor, process_set))
+    if op == Adasum:
+        raise ValueError("op == Adasum is not supported yet with Keras")
+    from horovod_rs.tensorflow import keras as hvd_keras
+
+    return hvd_keras.DistributedOptimizer(optimizer, name=name, device_dense=device_dense,
+                                          device_sparse=device_sparse, compression=compression,
+                                          sparse_as_dense=sparse_as_dense,
+                                          gradient_predivide_factor=gradient_predivide_factor,
+                                          backward_passes_per_step=backward_passes_per_step,
+                                          average_aggregated_gradients=average_aggregated_gradients,
+                                          process_set=process_set)

@@ -10,12 +10,10 @@ in the tensor's memory, enqueued on the current CUDA stream; the other collectiv
 collective in a build without it, go through host memory.
 """
 
-import pickle
-
 import numpy as np
 import torch
 
-from horovod_rs.common import basics
+from horovod_rs.common import arrays, basics
 from horovod_rs.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401  (Horovod's API)
 from horovod_rs.common import process_sets as _process_sets
 from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
@@ -441,14 +439,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     engine, set_id = _process_sets.engine(process_set)
     n = engine.size()
-    if splits is None:
-        if tensor.shape[0] % n:
-            raise ValueError("alltoall without splits needs a first dimension divisible by %d" % n)
-        splits = [tensor.shape[0] // n] * n
-    splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-    if len(splits) != n or sum(splits) != tensor.shape[0]:
-        raise ValueError("alltoall splits %s need one entry per rank (%d) summing to the first dimension %d"
-                         % (splits, n, tensor.shape[0]))
+    splits = arrays.alltoall_splits(splits.tolist() if torch.is_tensor(splits) else splits, tensor.shape[0], n)
     name = name or basics.next_name("alltoall", set_id)
     # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
     counts = torch.tensor(splits, dtype=torch.int32).reshape(n, 1)
@@ -570,26 +561,12 @@ def join(device=-1):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """``obj`` from ``root_rank`` on every rank (pickled)."""
-    name = name or basics.next_name("broadcast_object", _process_sets.engine(process_set)[1])
-    payload = torch.from_numpy(np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy())
-    length = broadcast(torch.tensor([payload.numel()], dtype=torch.int64), root_rank, name + ".length", process_set)
-    if rank() != root_rank:
-        payload = torch.zeros(int(length[0]), dtype=torch.uint8)
-    data = broadcast(payload, root_rank, name, process_set)
-    return pickle.loads(data.numpy().tobytes())
+    return arrays.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=None):
     """Every rank's ``obj``, in rank order (pickled)."""
-    name = name or basics.next_name("allgather_object", _process_sets.engine(process_set)[1])
-    payload = torch.from_numpy(np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy())
-    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".lengths", process_set).tolist()
-    data = allgather(payload, name, process_set).numpy().tobytes()
-    objects, offset = [], 0
-    for n in lengths:
-        objects.append(pickle.loads(data[offset:offset + n]))
-        offset += n
-    return objects
+    return arrays.allgather_object(obj, name, process_set)
 
 
 def broadcast_parameters(params, root_rank):

@@ -1,0 +1,371 @@
+"""Horovod's TensorFlow collectives (``horovod.tensorflow.mpi_ops``) on the horovod-rs engine.
+
+Each collective hands the tensors' values to this rank's engine and returns new tensors; its
+gradient is the matching collective, by Horovod's rules. Eagerly the values go straight through
+numpy; inside a ``tf.function`` the exchange is a ``tf.py_function`` (so it runs on the CPU and
+not under XLA). A tensor group is submitted whole before any of it is waited on, so the engine
+fuses it and the ranks may submit its members in any order.
+
+Names: a traced collective without a name is named after its input tensor, as in Horovod, so
+every rank's graph names it alike; eagerly, unnamed collectives are numbered in call order.
+Errors raise TensorFlow's: ``FailedPreconditionError`` when the ranks disagree (shapes, types,
+roots) or a rank failed, ``InvalidArgumentError`` for an argument this rank can already tell is
+wrong, ``DeadlineExceededError`` past the collective timeout.
+"""
+
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from horovod_rs.common import arrays, basics
+from horovod_rs.common import process_sets as _process_sets
+from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+)
+from horovod_rs.common.exceptions import HorovodInternalError  # noqa: F401  (Horovod's API)
+from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+
+Average = "average"
+Sum = "sum"
+Adasum = "adasum"
+Min = "min"
+Max = "max"
+Product = "product"
+
+# Horovod's build reports homogeneous hosts (same local size everywhere); so does every
+# horovod-rs launcher.
+is_homogeneous = True
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's deprecated ``average=`` argument turned into an ``op`` (Average by default)."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        return Average if average else Sum
+    return Average
+
+
+def check_num_rank_power_of_2(num_rank):
+    return num_rank != 0 and (num_rank & (num_rank - 1)) == 0
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's timeline is not recorded by horovod-rs; accepted so that scripts run."""
+
+
+def stop_timeline():
+    """See ``start_timeline``."""
+
+
+def _normalize_name(name):
+    """An operation name by TensorFlow's rules."""
+    return re.sub("[^a-zA-Z0-9_]", "_", name)
+
+
+def _names(prefix, tensors, name):
+    """One engine name per tensor: ``name`` (numbered in a group), a traced tensor's own name, or
+    None eagerly (the engine numbers it)."""
+    if name is None and not tf.executing_eagerly():
+        name = _normalize_name("%s_%s" % (prefix, "_".join(t.name for t in tensors)))
+    if name is None:
+        return [None] * len(tensors)
+    return [name] if len(tensors) == 1 else ["%s.%d" % (name, i) for i in range(len(tensors))]
+
+
+def _exchange(kind, values, names, process_set, options):
+    """Submits collective ``kind`` of every numpy array in ``values``, then waits for all; the
+    engine's errors as TensorFlow's."""
+    try:
+        submitted = [arrays.submit(kind, v, n, process_set, **options) for v, n in zip(values, names)]
+        return [s.wait() for s in submitted]
+    except TimeoutError as e:
+        raise tf.errors.DeadlineExceededError(None, None, "%s: %s" % (kind, e)) from e
+    except ValueError as e:
+        raise tf.errors.InvalidArgumentError(None, None, "%s: %s" % (kind, e)) from e
+    except RuntimeError as e:  # HorovodInternalError included
+        raise tf.errors.FailedPreconditionError(None, None, "%s: %s" % (kind, e)) from e
+
+
+def _run(kind, tensors, names, process_set, shapes, **options):
+    """The results of collective ``kind`` of ``tensors``, as tensors; ``shapes`` gives each
+    result's static shape when traced."""
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(r) for r in _exchange(kind, [t.numpy() for t in tensors], names, process_set,
+                                                            options)]
+
+    def exchange(*inputs):
+        return _exchange(kind, [t.numpy() for t in inputs], names, process_set, options)
+
+    results = tf.py_function(exchange, list(tensors), Tout=[t.dtype for t in tensors])
+    for result, shape in zip(results, shapes):
+        result.set_shape(shape)
+    return results
+
+
+def _rows_unknown(tensor):
+    """The static shape of a result whose first dimension only the engine knows."""
+    return tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else tensor.shape
+
+
+def _tensors(tensors):
+    return [tf.convert_to_tensor(t) for t in tensors]
+
+
+def _refuse_adasum(op):
+    if op == Adasum:
+        raise NotImplementedError("horovod_rs.tensorflow does not run op=Adasum; horovod_rs.torch does")
+
+
+def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                       ignore_name_scope=False, process_set=global_process_set):
+    """The element-wise ``op`` of each tensor over the ranks (of ``process_set``), tensors of the
+    same shape and type; differentiable (the gradient is the same allreduce of the gradients)."""
+    _refuse_adasum(op)
+    tensors = _tensors(tensors)
+    names = _names("HorovodGroupedAllreduce" if len(tensors) > 1 else "HorovodAllreduce", tensors, name)
+
+    @tf.custom_gradient
+    def allreduce(*xs):
+        ys = _run("allreduce", xs, names, process_set, [x.shape for x in xs], op=op, prescale=prescale_factor,
+                  postscale=postscale_factor)
+
+        def grad(*dys):
+            return _grouped_allreduce(list(dys), op=op, prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor, process_set=process_set)
+
+        return ys, grad
+
+    return list(allreduce(*tensors))
+
+
+def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0, ignore_name_scope=False,
+               process_set=global_process_set):
+    """The element-wise ``op`` (Sum by default) of ``tensor`` over the ranks; differentiable."""
+    return _grouped_allreduce([tensor], name, op, prescale_factor, postscale_factor, ignore_name_scope,
+                              process_set)[0]
+
+
+def _position(process_set):
+    """This rank's position in ``process_set`` (its rank in the job for the global set)."""
+    return rank() if process_set is None or process_set.process_set_id == 0 else process_set.rank()
+
+
+def _my_rows(grads, inputs, process_set):
+    """This rank's rows of each of an allgather's gradients: the gradients of its inputs."""
+    counts = grouped_allgather([tf.reshape(tf.shape(x)[0], [1]) for x in inputs], process_set=process_set)
+    return [tf.split(g, c, axis=0)[_position(process_set)] for g, c in zip(grads, counts)]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Each tensor's rows from every rank, concatenated in rank order (first dimensions may differ
+    between ranks); differentiable."""
+    tensors = _tensors(tensors)
+    names = _names("HorovodGroupedAllgather" if len(tensors) > 1 else "HorovodAllgather", tensors, name)
+
+    @tf.custom_gradient
+    def allgather(*xs):
+        ys = _run("allgather", xs, names, process_set, [_rows_unknown(x) for x in xs])
+
+        def grad(*dys):
+            # Each rank's gradient reached every rank's rows: average, then keep this rank's rows.
+            averaged = [_allreduce(d, op=Average, process_set=process_set) for d in dys]
+            return _my_rows(averaged, xs, process_set)
+
+        return ys, grad
+
+    return list(allgather(*tensors))
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """``tensor``'s rows from every rank, concatenated in rank order; differentiable."""
+    return grouped_allgather([tensor], name, ignore_name_scope, process_set)[0]
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Rank ``root_rank``'s ``tensor`` on every rank; differentiable (the root gets the averaged
+    gradient, the others zero)."""
+    tensor = tf.convert_to_tensor(tensor)
+    names = _names("HorovodBroadcast", [tensor], name)
+    root = _process_sets.root_position(root_rank, process_set)
+
+    @tf.custom_gradient
+    def broadcast(x):
+        (y,) = _run("broadcast", [x], names, process_set, [x.shape], root=root)
+
+        def grad(dy):
+            reduced = _allreduce(dy, op=Average, process_set=process_set)
+            return reduced if rank() == root_rank else reduced * 0
+
+        return y, grad
+
+    return broadcast(tensor)
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts ``variables`` from ``root_rank`` in place (assigns them); returns their new
+    values."""
+    values = _run("broadcast", _tensors(variables), _names("HorovodBroadcastInplace", variables, name), process_set,
+                  [v.shape for v in variables], root=_process_sets.root_position(root_rank, process_set))
+    with tf.control_dependencies([v.assign(x) for v, x in zip(variables, values)]):
+        return [v.read_value() for v in variables]
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Rank r's ``splits[i]`` rows (an equal share without ``splits``) go to rank i; returns the
+    rows this rank received, in rank order, and with ``splits`` given also how many rows each rank
+    sent it. Differentiable: the gradient's rows go back to their senders."""
+    tensor = tf.convert_to_tensor(tensor)
+    name = _names("HorovodAlltoall", [tensor], name)[0]
+    split_values = tf.constant([], dtype=tf.int32) if splits is None else tf.convert_to_tensor(splits)
+
+    def exchange(x, s):
+        given = s.numpy() if s.shape[0] else None
+        try:
+            return arrays.alltoall(x.numpy(), given, name, process_set)
+        except ValueError as e:
+            raise tf.errors.InvalidArgumentError(None, None, "alltoall: %s" % e) from e
+        except TimeoutError as e:
+            raise tf.errors.DeadlineExceededError(None, None, "alltoall: %s" % e) from e
+        except RuntimeError as e:
+            raise tf.errors.FailedPreconditionError(None, None, "alltoall: %s" % e) from e
+
+    @tf.custom_gradient
+    def differentiable(x):
+        if tf.executing_eagerly():
+            rows, received = [tf.convert_to_tensor(r) for r in exchange(x, split_values)]
+        else:
+            rows, received = tf.py_function(exchange, [x, split_values], Tout=[x.dtype, tf.int32])
+            rows.set_shape(_rows_unknown(x))
+            received.set_shape([None])
+
+        def grad(drows, _dreceived=None):
+            back, _ = alltoall(drows, splits=received, process_set=process_set)
+            return back
+
+        return (rows, tf.cast(received, tf.int32)), grad
+
+    rows, received = differentiable(tensor)
+    return (rows, received) if splits is not None else rows
+
+
+def _reducescatter_grad_factor(op, process_set, prescale_factor, postscale_factor):
+    """Horovod's rule for a reducescatter's gradient before it is gathered: times the ranks for
+    Sum, times the scale factors."""
+    factor = prescale_factor * postscale_factor
+    if op == Sum:
+        factor *= _process_sets.engine(process_set)[0].size()
+    return factor
+
+
+def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
+                           prescale_factor=1.0, postscale_factor=1.0):
+    """Each tensor reduced over the ranks, this rank keeping its share of the first dimension;
+    differentiable."""
+    if op == Adasum:
+        raise NotImplementedError("reducescatter does not support Adasum (Horovod's neither)")
+    if op not in (Sum, Average):
+        raise NotImplementedError("reducescatter supports Sum and Average, not %s" % op)
+    tensors = _tensors(tensors)
+    if any(t.shape.rank == 0 for t in tensors):
+        raise ValueError("reducescatter splits the first dimension: it needs tensors of at least one dimension, "
+                         "not a scalar")
+    names = _names("HorovodGroupedReducescatter" if len(tensors) > 1 else "HorovodReducescatter", tensors, name)
+    factor = _reducescatter_grad_factor(op, process_set, prescale_factor, postscale_factor)
+
+    @tf.custom_gradient
+    def reducescatter(*xs):
+        ys = _run("reducescatter", xs, names, process_set, [_rows_unknown(x) for x in xs], op=op,
+                  prescale=prescale_factor, postscale=postscale_factor)
+
+        def grad(*dys):
+            return [allgather(d * factor if factor != 1.0 else d, process_set=process_set) for d in dys]
+
+        return ys, grad
+
+    return list(reducescatter(*tensors))
+
+
+def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
+                   prescale_factor=1.0, postscale_factor=1.0):
+    return _grouped_reducescatter([tensor], name, op, ignore_name_scope, process_set, prescale_factor,
+                                  postscale_factor)[0]
+
+
+def join():
+    """Declares that this rank has run out of data and waits until every rank has; returns the rank
+    that joined last, as a scalar tensor. Meanwhile this rank stands in for the collectives the
+    others still submit (zeros to allreduces)."""
+    if tf.executing_eagerly():
+        return tf.constant(_join(), dtype=tf.int32)
+    return tf.py_function(_join, [], Tout=tf.int32)
+
+
+def _join():
+    try:
+        return arrays.join()
+    except RuntimeError as e:
+        raise tf.errors.FailedPreconditionError(None, None, "join: %s" % e) from e
+
+
+def barrier(process_set=global_process_set):
+    """Waits until every rank (of ``process_set``) reaches it."""
+    arrays.submit("barrier", np.zeros(0, dtype=np.uint8), None, process_set).wait()
+
+
+def _process_set(process_set_id):
+    if process_set_id == 0:
+        return global_process_set
+    try:
+        return basics.state().process_sets[process_set_id]
+    except KeyError:
+        raise ValueError("no process set with id %d" % process_set_id) from None
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks (of the process set), as a tensor."""
+    return tf.constant(_process_set(process_set_id).size(), dtype=tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this rank is in the process set, else 0, as a tensor."""
+    return tf.constant(int(_process_set(process_set_id).included()), dtype=tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    return tf.constant(local_size(), dtype=tf.int32, name=name)
+
+
+def rank_op(name=None):
+    return tf.constant(rank(), dtype=tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    return tf.constant(local_rank(), dtype=tf.int32, name=name)
+

@@ -1,0 +1,204 @@
+"""horovod_rs.tensorflow under the launcher (``horovodrs -np N pytest python/tests_tensorflow``):
+every rank runs every test, in the same order."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import horovod_rs.tensorflow as hvd
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+EVERY = np.arange(SIZE, dtype=np.float64)  # each rank's number
+
+
+def both_modes(fn):
+    """``fn`` run eagerly and traced: the same answers either way."""
+    return [fn, tf.function(fn)]
+
+
+@pytest.mark.parametrize("mode", [0, 1], ids=["eager", "traced"])
+@pytest.mark.parametrize("op, expected", [
+    (hvd.Sum, EVERY.sum() + SIZE), (hvd.Average, EVERY.mean() + 1), (hvd.Min, 1.0), (hvd.Max, SIZE),
+    (hvd.Product, np.prod(EVERY + 1)),
+])
+@pytest.mark.parametrize("dtype", [tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64])
+def test_allreduce_ops_and_types(mode, op, expected, dtype):
+    fn = both_modes(lambda x: hvd.allreduce(x, op=op))[mode]
+    result = fn(tf.cast(tf.fill([3, 2], RANK + 1), dtype))
+    assert result.dtype == dtype and result.shape == (3, 2)
+    want = int(expected) if dtype.is_integer else expected
+    np.testing.assert_allclose(tf.cast(result, tf.float64).numpy(), np.full((3, 2), want), rtol=1e-2)
+
+
+def test_allreduce_scale_factors_and_deprecated_average():
+    x = tf.constant([2.0, 4.0])
+    np.testing.assert_allclose(hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0).numpy(),
+                               [3.0 * SIZE, 6.0 * SIZE])
+    np.testing.assert_allclose(hvd.allreduce(x, average=False).numpy(), [2.0 * SIZE, 4.0 * SIZE])
+    with pytest.raises(ValueError, match="supersedes average"):
+        hvd.allreduce(x, average=True, op=hvd.Sum)
+
+
+def test_grouped_allreduce_mixes_dense_and_indexed_slices():
+    dense = tf.fill([2], float(RANK))
+    slices = tf.IndexedSlices(tf.fill([1, 3], float(RANK + 1)), tf.constant([RANK]), dense_shape=tf.constant([SIZE, 3]))
+    reduced_dense, reduced_slices = hvd.grouped_allreduce([dense, slices], op=hvd.Sum)
+    np.testing.assert_allclose(reduced_dense.numpy(), [EVERY.sum()] * 2)
+    # Every rank's rows, in rank order: as a dense tensor, row r holds rank r's values.
+    assert isinstance(reduced_slices, tf.IndexedSlices)
+    assert reduced_slices.indices.numpy().tolist() == list(range(SIZE))
+    np.testing.assert_allclose(tf.convert_to_tensor(reduced_slices).numpy(), (EVERY[:, None] + 1) * np.ones((1, 3)))
+    with pytest.raises(NotImplementedError, match="Only Sum and Average"):
+        hvd.allreduce(slices, op=hvd.Max)
+
+
+def test_allreduce_gradient_is_the_allreduce_of_the_gradients():
+    x = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(hvd.allreduce(x * (RANK + 1.0), op=hvd.Sum))
+    # d/dx of sum_r (r+1) x over the ranks, allreduced (summed) again: (rank+1) * size.
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), [(RANK + 1.0) * SIZE] * 2)
+
+
+@pytest.mark.parametrize("mode", [0, 1], ids=["eager", "traced"])
+def test_allgather_of_different_row_counts(mode):
+    fn = both_modes(lambda x: hvd.allgather(x))[mode]
+    result = fn(tf.fill([RANK + 1, 2], RANK))
+    expected = np.concatenate([np.full((r + 1, 2), r) for r in range(SIZE)])
+    np.testing.assert_array_equal(result.numpy(), expected)
+
+
+def test_allgather_gradient_is_this_ranks_rows_of_the_average():
+    x = tf.Variable(tf.ones([RANK + 1, 2]))
+    with tf.GradientTape() as tape:
+        gathered = hvd.allgather(x)
+        weights = tf.cast(tf.range(tf.shape(gathered)[0]), tf.float32)[:, None]
+        loss = tf.reduce_sum(gathered * weights)
+    start = sum(r + 1 for r in range(RANK))
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), np.arange(start, start + RANK + 1)[:, None] * [1, 1])
+
+
+def test_grouped_allgather():
+    a, b = hvd.grouped_allgather([tf.fill([1], RANK), tf.fill([2, 2], float(RANK))])
+    assert a.numpy().tolist() == list(range(SIZE))
+    assert b.shape == (2 * SIZE, 2)
+
+
+@pytest.mark.parametrize("mode", [0, 1], ids=["eager", "traced"])
+def test_broadcast_and_its_gradient(mode):
+    root = SIZE - 1
+    fn = both_modes(lambda x: hvd.broadcast(x, root))[mode]
+    np.testing.assert_array_equal(fn(tf.fill([2], RANK)).numpy(), [root, root])
+    x = tf.Variable([1.0, 1.0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(hvd.broadcast(x, root) * 3.0)
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), [3.0 if RANK == root else 0.0] * 2)
+
+
+def test_broadcast_variables_assigns_the_roots_values():
+    a, b = tf.Variable([float(RANK)] * 3), tf.Variable(RANK)
+    hvd.broadcast_variables([a, b], root_rank=0)
+    assert a.numpy().tolist() == [0.0] * 3 and int(b.numpy()) == 0
+    values = hvd.broadcast_([a], root_rank=SIZE - 1)
+    np.testing.assert_array_equal(values[0].numpy(), a.numpy())
+
+
+def test_alltoall_with_and_without_splits_and_its_gradient():
+    # Rank r sends i+1 rows to rank i, each row holding the sender.
+    splits = [i + 1 for i in range(SIZE)]
+    x = tf.Variable(tf.fill([sum(splits), 2], float(RANK)))
+    with tf.GradientTape() as tape:
+        rows, received = hvd.alltoall(x, splits=splits)
+        loss = tf.reduce_sum(rows * float(RANK + 1))
+    assert received.numpy().tolist() == [RANK + 1] * SIZE
+    np.testing.assert_array_equal(rows.numpy()[:, 0], np.repeat(np.arange(SIZE), RANK + 1))
+    # Row block i went to rank i, whose loss weighed it by i + 1.
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy()[:, 0], np.repeat(np.arange(SIZE) + 1.0, splits))
+    equal = hvd.alltoall(tf.range(SIZE) + 10 * RANK)
+    assert equal.numpy().tolist() == [10 * r + RANK for r in range(SIZE)]
+
+
+def test_reducescatter_shares_and_gradient():
+    rows = SIZE + 1  # does not divide: the first rank gets one row more
+    x = tf.Variable(tf.fill([rows, 2], float(RANK + 1)))
+    with tf.GradientTape() as tape:
+        mine = hvd.reducescatter(x, op=hvd.Sum)
+        loss = tf.reduce_sum(mine)
+    assert mine.shape[0] == (2 if RANK == 0 else 1)
+    np.testing.assert_allclose(mine.numpy(), np.full((mine.shape[0], 2), EVERY.sum() + SIZE))
+    # Horovod's rule: the gathered gradient, times the ranks for Sum.
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), np.full((rows, 2), float(SIZE)))
+    averaged = hvd.grouped_reducescatter([tf.fill([SIZE], float(RANK))])[0]
+    np.testing.assert_allclose(averaged.numpy(), [EVERY.mean()])
+    with pytest.raises(ValueError, match="not a scalar"):
+        hvd.reducescatter(tf.constant(1.0))
+
+
+def test_distributed_gradient_tape_averages_and_keeps_local_sources():
+    shared, local = tf.Variable([1.0]), tf.Variable([1.0])
+    with tf.GradientTape() as tape:
+        loss = (RANK + 1.0) * (shared[0] + local[0])
+    tape = hvd.DistributedGradientTape(tape)
+    tape.register_local_source(local)
+    g_shared, g_local = tape.gradient(loss, [shared, local])
+    np.testing.assert_allclose(g_shared.numpy(), [EVERY.mean() + 1])
+    # A local source keeps this rank's gradient, divided by the ranks as in Horovod.
+    np.testing.assert_allclose(g_local.numpy(), [(RANK + 1.0) / SIZE])
+
+
+def test_distributed_gradient_tape_in_a_traced_training_step():
+    w = tf.Variable(tf.zeros([2]))
+    optimizer = tf.keras.optimizers.SGD(0.5)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((w - x) ** 2) / 2
+        tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16)
+        optimizer.apply_gradients(zip(tape.gradient(loss, [w]), [w]))
+
+    for _ in range(20):
+        step(tf.fill([2], float(RANK)))
+    # Every rank pulls w toward the mean of the ranks' targets.
+    np.testing.assert_allclose(w.numpy(), [EVERY.mean()] * 2, atol=1e-2)
+
+
+def test_legacy_optimizer_reduces_in_compute_gradients():
+    w = tf.Variable([0.0])
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
+    grads = opt.compute_gradients(lambda: (RANK + 1.0) * w[0], var_list=[w])
+    np.testing.assert_allclose(grads[0][0].numpy(), [EVERY.mean() + 1])
+    opt.apply_gradients(grads)
+    np.testing.assert_allclose(w.numpy(), [-(EVERY.mean() + 1)])
+
+
+def test_objects_and_rank_ops():
+    assert hvd.broadcast_object({"from": RANK}, root_rank=SIZE - 1) == {"from": SIZE - 1}
+    assert hvd.allgather_object(RANK * 10) == [r * 10 for r in range(SIZE)]
+    assert hvd.broadcast_object_fn(root_rank=0)(lambda: RANK)() == 0  # functions travel (cloudpickle)
+    assert int(hvd.rank_op()) == RANK and int(hvd.size_op()) == SIZE
+    assert int(hvd.local_size_op()) == hvd.local_size() and int(hvd.local_rank_op()) == hvd.local_rank()
+
+
+def test_ranks_that_disagree_get_a_named_error():
+    with pytest.raises(tf.errors.FailedPreconditionError, match="shape differs"):
+        hvd.allreduce(tf.ones([RANK + 1]), name="disagreeing.shapes")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one entry per rank"):
+        hvd.alltoall(tf.ones([3]), splits=[3] + [1] * SIZE)
+    # The job goes on after an error.
+    assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == SIZE
+
+
+def test_keras_modules_are_horovods():
+    import horovod_rs.keras as hvd_keras
+    import horovod_rs.tensorflow.keras as hvd_tf_keras
+
+    assert hvd_keras.DistributedOptimizer is hvd_tf_keras.DistributedOptimizer
+    assert hvd_keras.callbacks.BroadcastGlobalVariablesCallback
+    np.testing.assert_allclose(hvd_keras.allgather(np.array([RANK])).numpy(), np.arange(SIZE))
+    assert float(hvd_keras.reducescatter(np.ones(SIZE), op=hvd.Sum)[0]) == SIZE
+
+
+def test_join_returns_the_last_rank_to_join():
+    assert int(hvd.join()) in range(SIZE)
