@@ -274,11 +274,16 @@ fn duplicate_names_and_shutdown_are_errors_not_hangs() {
         }
         let first = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
         if rank == 0 {
-            let mut second = engine.submit(request("x", sum.clone(), &[1.0])).unwrap();
-            duplicate = Some(second.wait(WAIT).unwrap_err().to_string());
+            // Refused at once, as Horovod does, not through the handle.
+            let second = engine.submit(request("x", sum.clone(), &[1.0]));
+            duplicate = Some(second.unwrap_err().to_string());
             rejected.wait();
         }
-        let done = wait_all(vec![first]);
+        let mut done = wait_all(vec![first]);
+        // Completed, the name is free again.
+        done.extend(wait_all(vec![engine
+            .submit(request("x", sum.clone(), &[1.0]))
+            .unwrap()]));
         let bad = engine.submit(request("", sum, &[1.0])).unwrap_err();
         (duplicate, done, bad.to_string())
     });
@@ -290,6 +295,7 @@ fn duplicate_names_and_shutdown_are_errors_not_hangs() {
             );
         }
         assert_eq!(to_f64s(&done[0].as_ref().unwrap().data), [2.0]);
+        assert_eq!(to_f64s(&done[1].as_ref().unwrap().data), [2.0]);
         assert_eq!(bad, "invalid argument: tensor name is empty");
     }
 

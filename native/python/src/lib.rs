@@ -18,8 +18,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 fn py_err(error: horovod_core::Error) -> PyErr {
+    use horovod_core::Error;
     match error {
-        horovod_core::Error::Timeout { .. } => PyTimeoutError::new_err(error.to_string()),
+        Error::Timeout { .. } => PyTimeoutError::new_err(error.to_string()),
+        // The caller's own mistake, told at submission: Python's ValueError (Horovod's too).
+        Error::InvalidArgument(_) | Error::DuplicateName { .. } => {
+            PyValueError::new_err(error.to_string())
+        }
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }

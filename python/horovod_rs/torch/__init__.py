@@ -578,8 +578,33 @@ def broadcast_parameters(params, root_rank):
         synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
-    """Rank ``root_rank``'s optimizer state (moments, steps, learning rates) everywhere."""
+def _initialize_state(optimizer, model):
+    """Horovod's state initialization: zero gradients (sparse where the optimizer or the embedding
+    wants them) and one step of the wrapped optimizer, without the ranks' exchange."""
+    sparse = {id(p) for m in (model.modules() if model else ()) if isinstance(m, torch.nn.Embedding) and m.sparse
+              for p in m.parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = p.data.new(p.size()).zero_()
+                if isinstance(optimizer, torch.optim.SparseAdam) or (isinstance(optimizer, torch.optim.SGD)
+                                                                     and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    # A DistributedOptimizer's own step() would exchange gradients, which only this rank runs here.
+    if optimizer.__module__ == DistributedOptimizer.__module__:
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
+    """Rank ``root_rank``'s optimizer state (moments, steps, learning rates) everywhere. As in
+    Horovod, an optimizer without state yet gets it first from one step on zero gradients (which
+    stay on its parameters); ``model`` tells which parameters belong to sparse embeddings."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")
     if rank() != root_rank:
         optimizer.load_state_dict(state)

@@ -5,6 +5,7 @@
 //! ended abnormally) completes the handle with `EngineStopped`, so no waiter
 //! can be left waiting forever.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,40 @@ pub struct Handle {
 #[derive(Debug)]
 pub(crate) struct Completer {
     shared: Option<Arc<Shared>>,
+    /// The rank's names in flight, which this one leaves when completed.
+    in_flight: Option<(InFlight, String)>,
+}
+
+/// The names submitted on a rank and not yet completed: a second
+/// submission of one of them is refused at once, as Horovod does, rather
+/// than failing later through its handle.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct InFlight(Arc<Mutex<HashSet<String>>>);
+
+impl InFlight {
+    /// Registers `name`, or refuses it while an earlier one is in flight.
+    pub(crate) fn enter(&self, name: &str) -> Result<()> {
+        let mut names = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !names.insert(name.to_string()) {
+            return Err(Error::DuplicateName { name: name.into() });
+        }
+        Ok(())
+    }
+
+    fn leave(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// A handle and completer for the tensor `name`, which stays in
+/// `in_flight` until completed.
+pub(crate) fn tracked_pair(name: &str, in_flight: InFlight) -> (Handle, Completer) {
+    let (handle, mut completer) = pair(name);
+    completer.in_flight = Some((in_flight, name.to_string()));
+    (handle, completer)
 }
 
 /// A connected handle and completer for the tensor `name`.
@@ -51,6 +86,7 @@ pub(crate) fn pair(name: &str) -> (Handle, Completer) {
         },
         Completer {
             shared: Some(shared),
+            in_flight: None,
         },
     )
 }
@@ -161,6 +197,10 @@ impl Completer {
     }
 
     fn deliver(&mut self, result: Result<Output>) {
+        // The name is free again before the waiter can see the result.
+        if let Some((in_flight, name)) = self.in_flight.take() {
+            in_flight.leave(&name);
+        }
         if let Some(shared) = self.shared.take() {
             let mut slot = shared.slot.lock().unwrap_or_else(PoisonError::into_inner);
             *slot = Slot::Done(result);

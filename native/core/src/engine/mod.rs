@@ -84,6 +84,7 @@ pub struct Engine {
     /// The CUDA device of this rank's first GPU tensor; later ones must
     /// match it.
     gpu: OnceLock<usize>,
+    in_flight: handle::InFlight,
 }
 
 impl Engine {
@@ -146,6 +147,7 @@ impl Engine {
             stopped,
             thread: Some(thread),
             gpu: OnceLock::new(),
+            in_flight: Default::default(),
         })
     }
 
@@ -165,9 +167,9 @@ impl Engine {
     /// # Errors
     /// `InvalidArgument` if the request is inconsistent on its own (data
     /// length and shape, broadcast root, alltoall splits, scale factors);
-    /// `EngineStopped` once the engine has stopped. Errors that need the
-    /// other ranks (mismatch, stall, duplicate name) arrive through the
-    /// handle.
+    /// `DuplicateName` while an earlier submission of the name on this rank
+    /// is in flight; `EngineStopped` once the engine has stopped. Errors that
+    /// need the other ranks (mismatch, stall) arrive through the handle.
     pub fn submit(&self, request: Request) -> Result<Handle> {
         request.validate(self.size)?;
         if let Some(buffer) = request.data.device_buffer() {
@@ -188,7 +190,8 @@ impl Engine {
                 cause: cause.clone(),
             });
         }
-        let (handle, completer) = handle::pair(&request.name);
+        self.in_flight.enter(&request.name)?;
+        let (handle, completer) = handle::tracked_pair(&request.name, self.in_flight.clone());
         self.commands
             .send(Command::Submit(Submission { request, completer }))
             .map_err(|_| Error::EngineStopped {
