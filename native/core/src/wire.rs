@@ -364,3 +364,83 @@ mod tests {
         assert_eq!(gather.describe(), "allgather of u8 as collective #0");
     }
 }
+
+/// Property tests: hellos and headers come straight off sockets.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::rendezvous::version_mismatch;
+    use proptest::array::uniform;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_hello_bytes_decode_or_name_the_problem(
+            mut bytes in uniform::<_, HELLO_LEN>(any::<u8>()),
+            magic in any::<bool>(),
+        ) {
+            // Half the cases carry our magic, so the version check is reached.
+            if magic {
+                bytes[..8].copy_from_slice(&MAGIC);
+            }
+            let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+            match Hello::decode(&bytes) {
+                Ok(hello) => {
+                    prop_assert_eq!(version, PROTOCOL_VERSION);
+                    prop_assert_eq!(hello.encode(), bytes);
+                }
+                Err(error) => {
+                    let message = version_mismatch("peer".into(), error).to_string();
+                    if bytes[..8] != MAGIC {
+                        prop_assert_eq!(error, PrefixError::BadMagic);
+                        prop_assert!(message.contains("not answer with a horovod-rs hello"), "{}", message);
+                    } else {
+                        prop_assert_eq!(error, PrefixError::Version(version));
+                        let named = format!("protocol version {version}");
+                        prop_assert!(message.contains(&named), "{}", message);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn hellos_round_trip(
+            endian in any::<u8>(),
+            kind in any::<u8>(),
+            rank in any::<u32>(),
+            size in any::<u32>(),
+            nonce in uniform::<_, NONCE_LEN>(any::<u8>()),
+        ) {
+            let hello = Hello { endian, kind, rank, size, nonce };
+            prop_assert_eq!(Hello::decode(&hello.encode()), Ok(hello));
+            prop_assert!(!kind_name(kind).is_empty() && !endian_name(endian).is_empty());
+        }
+
+        #[test]
+        fn any_header_bytes_decode_and_describe(bytes in uniform::<_, HEADER_LEN>(any::<u8>())) {
+            let header = Header::decode(&bytes);
+            let mut canonical = bytes;
+            canonical[11] = 0; // reserved
+            prop_assert_eq!(header.encode(), canonical);
+            let described = header.describe();
+            let seq = format!("as collective #{}", header.seq);
+            prop_assert!(described.ends_with(&seq), "{}", described);
+        }
+
+        #[test]
+        fn headers_round_trip(
+            seq in any::<u64>(),
+            kind in 0..Kind::ALL.len(),
+            dtype in any::<u8>(),
+            op in proptest::option::of(0..5u8),
+            count in any::<usize>(),
+            aux in any::<u32>(),
+        ) {
+            let op = op.and_then(|code| ReduceOp::from_code(code + 1));
+            let header = Header::new(seq, Kind::ALL[kind], dtype, op, count, aux);
+            prop_assert_eq!(Header::decode(&header.encode()), header);
+        }
+    }
+}

@@ -54,7 +54,10 @@ pub fn decode(bytes: &[u8]) -> Result<(serde_json::Value, Arrays)> {
     let mut offset = 16 + header_len;
     let mut arrays = Vec::with_capacity(header.arrays.len());
     for (name, len) in header.arrays {
-        let end = offset.checked_add(len * 4).filter(|&e| e <= bytes.len());
+        let end = len
+            .checked_mul(4)
+            .and_then(|n| offset.checked_add(n))
+            .filter(|&e| e <= bytes.len());
         let end = end.ok_or_else(|| Error::Checkpoint(format!("truncated array '{name}'")))?;
         let values = bytes[offset..end]
             .chunks_exact(4)
@@ -96,5 +99,123 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("magic"));
+    }
+}
+
+/// Property tests: checkpoints and saved models are read from files.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// The error is a checkpoint error saying what was wrong.
+    fn named(
+        result: Result<(serde_json::Value, Arrays)>,
+    ) -> std::result::Result<(), TestCaseError> {
+        if let Err(error) = result {
+            prop_assert!(matches!(error, Error::Checkpoint(_)), "{}", error);
+            let message = error.to_string();
+            prop_assert!(
+                [
+                    "magic",
+                    "truncated header",
+                    "bad header",
+                    "truncated array",
+                    "trailing bytes"
+                ]
+                .iter()
+                .any(|what| message.contains(what)),
+                "{}",
+                message
+            );
+        }
+        Ok(())
+    }
+
+    fn bits(arrays: &[(String, Vec<f32>)]) -> Vec<(String, Vec<u32>)> {
+        arrays
+            .iter()
+            .map(|(name, values)| (name.clone(), values.iter().map(|v| v.to_bits()).collect()))
+            .collect()
+    }
+
+    fn arrays() -> impl Strategy<Value = Vec<(String, Vec<f32>)>> {
+        vec((".{0,8}", vec(any::<f32>(), 0..8)), 0..4)
+    }
+
+    fn meta() -> impl Strategy<Value = serde_json::Value> {
+        (any::<i64>(), ".{0,8}", any::<bool>())
+            .prop_map(|(n, s, b)| serde_json::json!({"n": n, "s": s, "b": b, "list": [n, s]}))
+    }
+
+    /// A blob with `header` as its JSON header and `tail` after it.
+    fn with_header(header: &str, tail: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(tail);
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_decode_or_are_named(
+            mut bytes in vec(any::<u8>(), 0..96),
+            magic in any::<bool>(),
+            header_len in proptest::option::of(0u64..80),
+        ) {
+            // Most cases get past the magic and the header's length.
+            if magic && bytes.len() >= 16 {
+                bytes[..8].copy_from_slice(MAGIC);
+                if let Some(len) = header_len {
+                    bytes[8..16].copy_from_slice(&len.to_le_bytes());
+                }
+            }
+            named(decode(&bytes))?;
+        }
+
+        #[test]
+        fn blobs_round_trip_and_truncations_fail(meta in meta(), arrays in arrays()) {
+            let borrowed: Vec<(String, &[f32])> =
+                arrays.iter().map(|(n, v)| (n.clone(), &v[..])).collect();
+            let bytes = encode(meta.clone(), &borrowed);
+            let (decoded_meta, decoded) = decode(&bytes).unwrap();
+            prop_assert_eq!(decoded_meta, meta);
+            prop_assert_eq!(bits(&decoded), bits(&arrays));
+            for cut in 0..bytes.len() {
+                let result = decode(&bytes[..cut]);
+                prop_assert!(result.is_err(), "cut {}", cut);
+                named(result)?;
+            }
+        }
+
+        #[test]
+        fn huge_lengths_are_refused_before_allocating(
+            len in prop_oneof![
+                Just(u64::MAX),
+                Just(u64::MAX / 4 + 1),
+                Just(u64::from(u32::MAX)),
+                any::<u64>(),
+            ],
+            tail in vec(any::<u8>(), 0..64),
+        ) {
+            // As the header's length.
+            let mut bytes = MAGIC.to_vec();
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(&tail);
+            if len > tail.len() as u64 {
+                let error = decode(&bytes).unwrap_err().to_string();
+                prop_assert!(error.contains("truncated header"), "{}", error);
+            }
+            // As an array's length.
+            let header = format!(r#"{{"meta":null,"arrays":[["w",{len}]]}}"#);
+            if len > tail.len() as u64 / 4 {
+                let error = decode(&with_header(&header, &tail)).unwrap_err().to_string();
+                prop_assert!(error.contains("truncated array 'w'"), "{}", error);
+            }
+        }
     }
 }

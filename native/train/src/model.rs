@@ -57,20 +57,18 @@ impl Model {
         column_widths: HashMap<String, usize>,
         rng: &mut ChaCha8Rng,
     ) -> Result<Model> {
+        // Also checks that no product below overflows.
+        Model::parameter_values(&spec, &column_widths)?;
         let widths = column_widths.clone();
         let nodes = spec.plan_with(&|c| widths.get(c).copied().unwrap_or(1))?;
         let shapes = shapes_by_name(&spec, &nodes, &column_widths);
-        let vocab: HashMap<&str, usize> = spec
-            .inputs
-            .iter()
-            .filter_map(|i| i.vocabulary.map(|v| (i.name.as_str(), v)))
-            .collect();
+        let vocab = vocabularies(&spec);
         let mut params = Vec::new();
         for node in &nodes {
             let input_width: usize = shapes[&node.reads[0]].iter().product();
             match &node.layer {
                 Layer::Dense { units, .. } => {
-                    let limit = (6.0 / (input_width + units) as f64).sqrt();
+                    let limit = (6.0 / (input_width as f64 + *units as f64)).sqrt();
                     params.push(param(
                         &node.name,
                         "kernel",
@@ -129,6 +127,38 @@ impl Model {
             column_widths,
             params,
             index,
+        })
+    }
+
+    /// How many parameter values the model of `spec` has for these column
+    /// widths, counted without allocating them (a saved model's widths are
+    /// checked against the values it holds before any is allocated).
+    pub fn parameter_values(
+        spec: &ModelSpec,
+        column_widths: &HashMap<String, usize>,
+    ) -> Result<usize> {
+        let nodes = spec.plan_with(&|c| column_widths.get(c).copied().unwrap_or(1))?;
+        let shapes = shapes_by_name(spec, &nodes, column_widths);
+        let vocab = vocabularies(spec);
+        nodes.iter().try_fold(0usize, |total, node| {
+            // The plan checked that every shape's product fits.
+            let input_width: usize = shapes[&node.reads[0]].iter().product();
+            let values = match &node.layer {
+                Layer::Dense { units, .. } => input_width
+                    .checked_mul(*units)
+                    .and_then(|kernel| kernel.checked_add(*units)),
+                Layer::Embedding { dim } => vocab[node.reads[0].as_str()].checked_mul(*dim),
+                Layer::BatchNorm { .. } => input_width.checked_mul(4),
+                _ => Some(0),
+            };
+            values
+                .and_then(|values| total.checked_add(values))
+                .ok_or_else(|| {
+                    Error::Spec(format!(
+                        "layer '{}': the model has more parameter values than fit in memory",
+                        node.name
+                    ))
+                })
         })
     }
 
@@ -377,6 +407,14 @@ pub fn check_categories(spec: &ModelSpec, data: &horovod_data::Table) -> Result<
         }
     }
     Ok(())
+}
+
+/// Each categorical input's vocabulary, by name.
+fn vocabularies(spec: &ModelSpec) -> HashMap<&str, usize> {
+    spec.inputs
+        .iter()
+        .filter_map(|i| i.vocabulary.map(|v| (i.name.as_str(), v)))
+        .collect()
 }
 
 fn shapes_by_name(

@@ -50,6 +50,15 @@ impl Predictor {
         }
         let widths: HashMap<String, usize> = serde_json::from_value(meta["column_widths"].clone())
             .map_err(|e| Error::Checkpoint(format!("bad column widths: {e}")))?;
+        // The widths come from the file: check them against the values it
+        // holds before the model allocates by them.
+        let saved: usize = arrays.iter().map(|(_, values)| values.len()).sum();
+        let needed = Model::parameter_values(&spec, &widths)?;
+        if needed != saved {
+            return Err(Error::Checkpoint(format!(
+                "the saved model holds {saved} parameter values, its column widths make a model of {needed}"
+            )));
+        }
         let mut model = Model::new(spec, widths, &mut ChaCha8Rng::seed_from_u64(0))?;
         model.load_params(&arrays)?;
         Ok(Predictor { model })

@@ -200,6 +200,18 @@ fn spec_error(layer: &str, what: &str) -> Error {
     Error::Spec(format!("layer '{layer}': {what}"))
 }
 
+/// The number of values of `dims`, or an error naming `what` if it
+/// overflows: later code multiplies and allocates with it.
+fn values(dims: &[usize], what: &str) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            Error::Spec(format!(
+                "{what}: {dims:?} holds more values than fit in memory"
+            ))
+        })
+}
+
 impl ModelSpec {
     /// Parses and checks a spec.
     pub fn from_json(json: &str) -> Result<ModelSpec> {
@@ -259,21 +271,30 @@ impl ModelSpec {
         }
         let mut shapes = HashMap::new();
         for input in &self.inputs {
-            let width = match input.kind {
-                InputType::Float => input.column_names().iter().map(|c| column_widths(c)).sum(),
-                InputType::Categorical => {
-                    match input.vocabulary {
-                        Some(v) if v > 0 => {}
-                        _ => {
-                            return Err(Error::Spec(format!(
-                                "input '{}': a categorical input needs \"vocabulary\" > 0",
-                                input.name
-                            )))
-                        }
+            let widths: Vec<usize> = input
+                .column_names()
+                .iter()
+                .map(|c| column_widths(c))
+                .collect();
+            let sum = widths.iter().try_fold(0usize, |sum, &w| sum.checked_add(w));
+            let width = sum.ok_or_else(|| {
+                Error::Spec(format!(
+                    "input '{}': columns of widths {widths:?} hold more values than fit in memory",
+                    input.name
+                ))
+            })?;
+            match input.kind {
+                InputType::Float => {}
+                InputType::Categorical => match input.vocabulary {
+                    Some(v) if v > 0 => {}
+                    _ => {
+                        return Err(Error::Spec(format!(
+                            "input '{}': a categorical input needs \"vocabulary\" > 0",
+                            input.name
+                        )))
                     }
-                    input.column_names().iter().map(|c| column_widths(c)).sum()
-                }
-            };
+                },
+            }
             if shapes.insert(input.name.clone(), vec![width]).is_some() {
                 return Err(Error::Spec(format!("'{}' is defined twice", input.name)));
             }
@@ -315,7 +336,8 @@ impl ModelSpec {
                 in_shapes.push(shape.clone());
             }
             let first = &in_shapes[0];
-            let flat: usize = first.iter().product();
+            let flat = values(first, &format!("layer '{name}': the input's shape"))?;
+            let overflow = || spec_error(name, "its output holds more values than fit in memory");
             let need = |field: &str, value: Option<usize>| {
                 value
                     .filter(|v| *v > 0)
@@ -339,7 +361,7 @@ impl ModelSpec {
                         return Err(spec_error(name, &format!("an embedding reads a categorical input, not '{}'", reads[0])));
                     }
                     let dim = need("dim", spec.dim)?;
-                    (Layer::Embedding { dim }, vec![flat * dim])
+                    (Layer::Embedding { dim }, vec![flat.checked_mul(dim).ok_or_else(overflow)?])
                 }
                 "batch_norm" => {
                     if first.len() != 1 {
@@ -362,13 +384,14 @@ impl ModelSpec {
                         if shape.len() != 1 {
                             return Err(spec_error(name, &format!("concatenates 1-d features; '{read}' has shape {shape:?}")));
                         }
-                        width += shape[0];
+                        width = shape[0].checked_add(width).ok_or_else(overflow)?;
                     }
                     (Layer::Concatenate, vec![width])
                 }
                 "flatten" => (Layer::Flatten, vec![flat]),
                 "reshape" => {
-                    if spec.shape.is_empty() || spec.shape.iter().product::<usize>() != flat {
+                    let wanted = values(&spec.shape, &format!("layer '{name}': \"shape\""))?;
+                    if spec.shape.is_empty() || wanted != flat {
                         return Err(spec_error(name, &format!("\"shape\" {:?} must hold the input's {flat} values", spec.shape)));
                     }
                     (Layer::Reshape { shape: spec.shape.clone() }, spec.shape.clone())

@@ -480,10 +480,20 @@ impl Trainer {
             }
         }
         self.model.load_params(&params)?;
-        if first.len() != self.optimizer.first.len() || second.len() != self.optimizer.second.len()
+        // Same arrays of the same lengths: the optimizer zips them with the
+        // parameters, so a short one would silently skip values.
+        let lens = |arrays: &[Vec<f32>]| arrays.iter().map(Vec::len).collect::<Vec<_>>();
+        if lens(&first) != lens(&self.optimizer.first)
+            || lens(&second) != lens(&self.optimizer.second)
         {
             return Err(Error::Checkpoint(
                 "the checkpoint's optimizer differs from the config's".into(),
+            ));
+        }
+        let param_lens: Vec<usize> = self.model.params().iter().map(|p| p.values.len()).collect();
+        if meta["best_value"].as_f64().is_some() && lens(&best) != param_lens {
+            return Err(Error::Checkpoint(
+                "the checkpoint's best weights do not fit the model".into(),
             ));
         }
         self.optimizer.first = first;

@@ -21,6 +21,14 @@ use crate::dtype::DataType;
 /// Version of the control-message layout; any change bumps it.
 pub(crate) const MESSAGE_VERSION: u8 = 1;
 
+/// Fewest bytes a tensor's metadata takes: name length, memory kind,
+/// element type, shape length, operation.
+const MIN_META_LEN: usize = 8 + 1 + 1 + 8 + 1;
+/// Fewest bytes a request takes: its metadata and its age.
+const MIN_REQUEST_LEN: usize = MIN_META_LEN + 8;
+/// Fewest bytes a response takes: a failure with empty name and detail.
+const MIN_RESPONSE_LEN: usize = 1 + 8 + 1 + 8;
+
 /// A rank's tensors that are ready and not yet known to the coordinator.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RequestList {
@@ -237,6 +245,16 @@ impl<'a> Reader<'a> {
         let dtype = DataType::from_code(code)
             .ok_or_else(|| self.error(format!("unknown element type {code}")))?;
         let shape = self.usizes()?;
+        // Receivers allocate `TensorMeta::bytes`: it must not overflow.
+        let fits = shape
+            .iter()
+            .try_fold(dtype.size(), |bytes, &dim| bytes.checked_mul(dim))
+            .is_some_and(|bytes| bytes <= isize::MAX as usize);
+        if !fits {
+            return Err(self.error(format!(
+                "tensor '{name}' of shape {shape:?} is larger than memory"
+            )));
+        }
         let operation = match self.u8()? {
             1 => Operation::Allreduce {
                 op: self.reduce_op()?,
@@ -286,7 +304,7 @@ impl RequestList {
 
     pub fn decode(bytes: &[u8]) -> Result<RequestList> {
         let mut r = Reader::new(bytes, "request list")?;
-        let n = r.len(1)?;
+        let n = r.len(MIN_REQUEST_LEN)?;
         let requests = (0..n)
             .map(|_| Ok((r.meta()?, r.duration()?)))
             .collect::<Result<_>>()?;
@@ -327,7 +345,8 @@ impl ResponseList {
 
     pub fn decode(bytes: &[u8]) -> Result<ResponseList> {
         let mut r = Reader::new(bytes, "response list")?;
-        let n = r.len(1)?;
+        // Reserving `n` responses is then bounded by the message's length.
+        let n = r.len(MIN_RESPONSE_LEN)?;
         let mut responses = Vec::with_capacity(n);
         for _ in 0..n {
             let response = match r.u8()? {
@@ -465,5 +484,188 @@ mod tests {
         let mut huge = vec![MESSAGE_VERSION];
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(ResponseList::decode(&huge).is_err());
+    }
+}
+
+/// Property tests: control messages come from other ranks.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn reduce_op() -> impl Strategy<Value = ReduceOp> {
+        (1..=5u8).prop_map(|code| ReduceOp::from_code(code).unwrap())
+    }
+
+    /// Finite factors, so that `==` compares them.
+    fn factor() -> impl Strategy<Value = f64> {
+        any::<i32>().prop_map(|x| f64::from(x) / 64.0)
+    }
+
+    fn operation() -> impl Strategy<Value = Operation> {
+        prop_oneof![
+            (reduce_op(), factor(), factor()).prop_map(|(op, prescale, postscale)| {
+                Operation::Allreduce {
+                    op,
+                    prescale,
+                    postscale,
+                }
+            }),
+            Just(Operation::Allgather),
+            any::<usize>().prop_map(|root| Operation::Broadcast { root }),
+            vec(any::<usize>(), 0..5).prop_map(|splits| Operation::Alltoall { splits }),
+            reduce_op().prop_map(|op| Operation::Reducescatter { op }),
+            Just(Operation::Barrier),
+            Just(Operation::Join),
+        ]
+    }
+
+    fn meta() -> impl Strategy<Value = TensorMeta> {
+        (
+            ".{0,12}",
+            operation(),
+            0..DataType::ALL.len(),
+            vec(0usize..1000, 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(name, operation, dtype, shape, on_device)| TensorMeta {
+                name,
+                operation,
+                dtype: DataType::ALL[dtype],
+                shape,
+                on_device,
+            })
+    }
+
+    fn micros() -> impl Strategy<Value = Duration> {
+        any::<u64>().prop_map(Duration::from_micros)
+    }
+
+    fn response() -> impl Strategy<Value = Response> {
+        let failure = prop_oneof![
+            ".{0,12}".prop_map(|detail| Failure::Mismatch { detail }),
+            (vec(any::<usize>(), 0..4), micros())
+                .prop_map(|(missing, waited)| Failure::Stalled { missing, waited }),
+        ];
+        prop_oneof![
+            (meta(), vec(any::<usize>(), 0..4))
+                .prop_map(|(meta, first_dims)| Response::Ready(ReadyResponse { meta, first_dims })),
+            (".{0,12}", failure).prop_map(|(name, failure)| Response::Failed { name, failure }),
+        ]
+    }
+
+    /// A decoding error names the message and what was wrong with it.
+    fn named(
+        result: Result<impl std::fmt::Debug>,
+        what: &str,
+    ) -> std::result::Result<(), TestCaseError> {
+        if let Err(error) = result {
+            let Error::ControlMessage { detail } = &error else {
+                return Err(TestCaseError::fail(format!(
+                    "not a control message error: {error}"
+                )));
+            };
+            prop_assert!(detail.starts_with(&format!("{what}: ")), "{}", detail);
+            prop_assert!(detail.len() > what.len() + 2, "{}", detail);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_decode_or_are_named(mut bytes in vec(any::<u8>(), 0..96), versioned in any::<bool>()) {
+            // Half the cases get past the version byte.
+            if let (true, Some(first)) = (versioned, bytes.first_mut()) {
+                *first = MESSAGE_VERSION;
+            }
+            named(RequestList::decode(&bytes), "request list")?;
+            named(ResponseList::decode(&bytes), "response list")?;
+            named(Settings::decode(&bytes), "engine settings")?;
+        }
+
+        #[test]
+        fn request_lists_round_trip_and_truncations_fail(
+            requests in vec((meta(), micros()), 0..4),
+        ) {
+            let list = RequestList { requests };
+            let bytes = list.encode();
+            prop_assert_eq!(RequestList::decode(&bytes).unwrap(), list);
+            for cut in 0..bytes.len() {
+                let result = RequestList::decode(&bytes[..cut]);
+                prop_assert!(result.is_err(), "cut {}", cut);
+                named(result, "request list")?;
+            }
+        }
+
+        #[test]
+        fn response_lists_round_trip_and_truncations_fail(responses in vec(response(), 0..4)) {
+            let list = ResponseList { responses };
+            let bytes = list.encode();
+            prop_assert_eq!(ResponseList::decode(&bytes).unwrap(), list);
+            for cut in 0..bytes.len() {
+                let result = ResponseList::decode(&bytes[..cut]);
+                prop_assert!(result.is_err(), "cut {}", cut);
+                named(result, "response list")?;
+            }
+        }
+
+        #[test]
+        fn settings_round_trip(fusion_threshold in any::<u64>(), cache_capacity in any::<u64>()) {
+            let settings = Settings { fusion_threshold, cache_capacity };
+            let bytes = settings.encode();
+            prop_assert_eq!(Settings::decode(&bytes).unwrap(), settings);
+            for cut in 0..bytes.len() {
+                prop_assert!(Settings::decode(&bytes[..cut]).is_err());
+            }
+        }
+
+        #[test]
+        fn huge_lengths_are_refused_before_allocating(
+            len in prop_oneof![Just(u64::MAX), Just(u64::from(u32::MAX)), any::<u64>()],
+            at in 0..4usize,
+            // Enough for one request, so its count is not what is refused.
+            tail in vec(any::<u8>(), MIN_REQUEST_LEN..64),
+        ) {
+            // The huge length as a list count, a name length, a shape
+            // length or a list count of responses.
+            let mut bytes = vec![MESSAGE_VERSION];
+            match at {
+                0 | 3 => {}
+                1 => bytes.extend_from_slice(&1u64.to_le_bytes()),
+                _ => {
+                    bytes.extend_from_slice(&1u64.to_le_bytes());
+                    bytes.extend_from_slice(&0u64.to_le_bytes()); // empty name
+                    bytes.extend_from_slice(&[0, DataType::F32.code()]);
+                }
+            }
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(&tail);
+            if len as usize > bytes.len() {
+                let result = if at == 3 {
+                    ResponseList::decode(&bytes).map(|_| ())
+                } else {
+                    RequestList::decode(&bytes).map(|_| ())
+                };
+                let error = result.unwrap_err().to_string();
+                prop_assert!(error.contains("longer than the message"), "{}", error);
+            }
+        }
+
+        #[test]
+        fn shapes_larger_than_memory_are_refused(dims in vec(1usize << 20..usize::MAX, 4..6)) {
+            let meta = TensorMeta {
+                name: "w".into(),
+                operation: Operation::Allgather,
+                dtype: DataType::F32,
+                shape: dims,
+                on_device: false,
+            };
+            let bytes = RequestList { requests: vec![(meta, Duration::ZERO)] }.encode();
+            let error = RequestList::decode(&bytes).unwrap_err().to_string();
+            prop_assert!(error.contains("is larger than memory"), "{}", error);
+        }
     }
 }
