@@ -1,12 +1,18 @@
 //! The byte layout of checkpoints and saved models: a JSON header (metadata
 //! and the names and lengths of the arrays) followed by the arrays as
-//! little-endian `f32`. Self-describing, so a reader checks what it loads.
+//! little-endian `f32`, then a CRC-32 of everything before it.
+//! Self-describing, so a reader checks what it loads; the checksum catches
+//! a file damaged after it was written (storage, a partial copy), which a
+//! structurally valid file would otherwise hide.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-const MAGIC: &[u8; 8] = b"HVRSBLOB";
+/// Files written since the checksum: magic, header, arrays, CRC-32.
+const MAGIC: &[u8; 8] = b"HVRSBLB2";
+/// Files written before it (no checksum), still read.
+const MAGIC_UNCHECKED: &[u8; 8] = b"HVRSBLOB";
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -22,7 +28,7 @@ pub fn encode(meta: serde_json::Value, arrays: &[(String, &[f32])]) -> Vec<u8> {
     };
     let header = serde_json::to_vec(&header).expect("a header always serialises");
     let values: usize = arrays.iter().map(|(_, a)| a.len()).sum();
-    let mut out = Vec::with_capacity(16 + header.len() + 4 * values);
+    let mut out = Vec::with_capacity(16 + header.len() + 4 * values + 4);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(&header);
@@ -31,6 +37,8 @@ pub fn encode(meta: serde_json::Value, arrays: &[(String, &[f32])]) -> Vec<u8> {
             out.extend_from_slice(&v.to_le_bytes());
         }
     }
+    let checksum = crc32fast::hash(&out);
+    out.extend_from_slice(&checksum.to_le_bytes());
     out
 }
 
@@ -40,10 +48,17 @@ pub type Arrays = Vec<(String, Vec<f32>)>;
 /// Reads what [`encode`] wrote.
 pub fn decode(bytes: &[u8]) -> Result<(serde_json::Value, Arrays)> {
     let bad = |what: &str| Error::Checkpoint(what.to_string());
-    if bytes.len() < 16 || &bytes[..8] != MAGIC {
-        return Err(bad(
-            "not a horovod-rs checkpoint or model (wrong magic bytes)",
-        ));
+    let bytes = match bytes.get(..8) {
+        Some(magic) if magic == MAGIC => checked(bytes)?,
+        Some(magic) if magic == MAGIC_UNCHECKED => bytes,
+        _ => {
+            return Err(bad(
+                "not a horovod-rs checkpoint or model (wrong magic bytes)",
+            ))
+        }
+    };
+    if bytes.len() < 16 {
+        return Err(bad("truncated header"));
     }
     let header_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
     let body = bytes
@@ -72,6 +87,24 @@ pub fn decode(bytes: &[u8]) -> Result<(serde_json::Value, Arrays)> {
     Ok((header.meta, arrays))
 }
 
+/// `bytes` without their trailing CRC-32, once it matches.
+fn checked(bytes: &[u8]) -> Result<&[u8]> {
+    let split = bytes
+        .len()
+        .checked_sub(4)
+        .filter(|&n| n >= 16)
+        .ok_or_else(|| Error::Checkpoint("truncated header".into()))?;
+    let (body, stored) = bytes.split_at(split);
+    let stored = u32::from_le_bytes(stored.try_into().expect("4 bytes"));
+    let actual = crc32fast::hash(body);
+    if stored != actual {
+        return Err(Error::Checkpoint(format!(
+            "checksum mismatch (stored {stored:08x}, computed {actual:08x}): the file was damaged or cut off after it was written"
+        )));
+    }
+    Ok(body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,11 +127,33 @@ mod tests {
         assert!(decode(&bytes[..bytes.len() - 1])
             .unwrap_err()
             .to_string()
-            .contains("truncated array 'a'"));
+            .contains("checksum mismatch"));
+        let mut flipped = bytes.clone();
+        let last_value = flipped.len() - 5;
+        flipped[last_value] ^= 0x40;
+        assert!(decode(&flipped)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum mismatch"));
         assert!(decode(b"garbage garbage!")
             .unwrap_err()
             .to_string()
             .contains("magic"));
+    }
+
+    #[test]
+    fn reads_files_written_before_the_checksum() {
+        // The earlier layout: the same bytes, the old magic, no trailer.
+        let bytes = encode(serde_json::json!({"v": 1}), &[("w".into(), &[0.5][..])]);
+        let mut old = bytes[..bytes.len() - 4].to_vec();
+        old[..8].copy_from_slice(MAGIC_UNCHECKED);
+        let (meta, arrays) = decode(&old).unwrap();
+        assert_eq!(meta["v"], 1);
+        assert_eq!(arrays, vec![("w".to_string(), vec![0.5])]);
+        assert!(decode(&old[..old.len() - 1])
+            .unwrap_err()
+            .to_string()
+            .contains("truncated array 'w'"));
     }
 }
 
@@ -119,6 +174,7 @@ mod fuzz {
             prop_assert!(
                 [
                     "magic",
+                    "checksum mismatch",
                     "truncated header",
                     "bad header",
                     "truncated array",
@@ -149,13 +205,21 @@ mod fuzz {
             .prop_map(|(n, s, b)| serde_json::json!({"n": n, "s": s, "b": b, "list": [n, s]}))
     }
 
+    /// `bytes` with their correct checksum appended: the parser behind the
+    /// checksum sees them.
+    fn sealed(mut bytes: Vec<u8>) -> Vec<u8> {
+        let checksum = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+
     /// A blob with `header` as its JSON header and `tail` after it.
     fn with_header(header: &str, tail: &[u8]) -> Vec<u8> {
         let mut bytes = MAGIC.to_vec();
         bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
         bytes.extend_from_slice(header.as_bytes());
         bytes.extend_from_slice(tail);
-        bytes
+        sealed(bytes)
     }
 
     proptest! {
@@ -173,6 +237,7 @@ mod fuzz {
                 if let Some(len) = header_len {
                     bytes[8..16].copy_from_slice(&len.to_le_bytes());
                 }
+                named(decode(&sealed(bytes.clone())))?;
             }
             named(decode(&bytes))?;
         }
@@ -207,7 +272,7 @@ mod fuzz {
             bytes.extend_from_slice(&len.to_le_bytes());
             bytes.extend_from_slice(&tail);
             if len > tail.len() as u64 {
-                let error = decode(&bytes).unwrap_err().to_string();
+                let error = decode(&sealed(bytes)).unwrap_err().to_string();
                 prop_assert!(error.contains("truncated header"), "{}", error);
             }
             // As an array's length.

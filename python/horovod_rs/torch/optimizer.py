@@ -45,8 +45,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._synchronized = False
         self._should_synchronize = True
-        for p in self._requires_update:
-            p.register_post_accumulate_grad_hook(self._hook)
+        # As Horovod: on ranks outside the process set the optimizer steps on local gradients.
+        if self._process_set.included():
+            for p in self._requires_update:
+                p.register_post_accumulate_grad_hook(self._hook)
 
     def _hook(self, p):
         if self._op == self._hvd.Adasum:  # Adasum combines the updates in step(), not gradients
@@ -88,6 +90,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ``backward_passes_per_step``, parameters without a gradient here), waits for every
         gradient and writes the averages into ``p.grad``."""
         if self._op == self._hvd.Adasum:
+            return
+        if not self._process_set.included():
+            self._synchronized = True
             return
         for p in self._requires_update:
             if self._handles.get(p, (None, None))[0] is None:
