@@ -1,40 +1,146 @@
-//! Where horovod-rs's log lines go when a binding has no logger of its own.
+//! Where horovod-rs's log lines go.
 //!
 //! The crates log through the `log` facade; without a logger installed its
 //! records vanish, and with them the engine's stall warnings, the first thing
 //! a user needs when a job seems stuck. The bindings (Python, JVM) install
-//! [`StderrLogger`]: one line per record on standard error, which the
-//! launcher prefixes with the rank and Spark keeps in the executor's log.
-//! Only horovod-rs's own records pass, at the level of Horovod's
-//! `HOROVOD_LOG_LEVEL` (default: warnings).
+//! [`HorovodLogger`]. By default it writes one line per record to standard
+//! error, which the launcher prefixes with the rank and Spark keeps in the
+//! executor's log. A binding with a logging system of its own (Python's
+//! `logging`, log4j on the JVM) turns on [`forward`] and drains the records
+//! with [`next_forwarded`] on a thread of its own, so that no engine thread
+//! ever waits for the GIL or attaches to the JVM. Only horovod-rs's own
+//! records pass, at the level of Horovod's `HOROVOD_LOG_LEVEL` (default:
+//! warnings) or the one the binding sets with [`set_level`].
 
+use std::collections::VecDeque;
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use log::{LevelFilter, Log, Metadata, Record};
+use log::{Level, LevelFilter, Log, Metadata, Record};
 
-/// Writes horovod-rs's records at or above a level to standard error.
-#[derive(Debug)]
-pub struct StderrLogger {
-    level: LevelFilter,
+/// Records kept for the binding before the oldest are dropped: a binding
+/// that stops draining costs bounded memory.
+const FORWARD_CAPACITY: usize = 4096;
+
+/// A record on its way to a binding's logging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedLine {
+    /// The record's level.
+    pub level: Level,
+    /// The module that logged it (`horovod_core::engine::background`).
+    pub target: String,
+    /// The message.
+    pub message: String,
 }
 
-impl Log for StderrLogger {
+struct Forwarding {
+    on: bool,
+    lines: VecDeque<ForwardedLine>,
+    dropped: u64,
+}
+
+static FORWARDING: Mutex<Forwarding> = Mutex::new(Forwarding {
+    on: false,
+    lines: VecDeque::new(),
+    dropped: 0,
+});
+static FORWARDED: Condvar = Condvar::new();
+/// The level, as `LevelFilter as usize`: changeable after installation.
+static LEVEL: AtomicUsize = AtomicUsize::new(LevelFilter::Warn as usize);
+
+fn level() -> LevelFilter {
+    match LEVEL.load(Ordering::Relaxed) {
+        0 => LevelFilter::Off,
+        1 => LevelFilter::Error,
+        2 => LevelFilter::Warn,
+        3 => LevelFilter::Info,
+        4 => LevelFilter::Debug,
+        _ => LevelFilter::Trace,
+    }
+}
+
+/// Lets records at or above `level` through (a binding's own configuration,
+/// e.g. log4j's level for horovod-rs).
+pub fn set_level(level: LevelFilter) {
+    LEVEL.store(level as usize, Ordering::Relaxed);
+    log::set_max_level(level);
+}
+
+/// Sends records to the binding (`true`), or to standard error again
+/// (`false`, which writes out what the binding had not taken yet).
+pub fn forward(on: bool) {
+    let mut forwarding = FORWARDING.lock().unwrap_or_else(PoisonError::into_inner);
+    forwarding.on = on;
+    if !on {
+        for line in forwarding.lines.drain(..) {
+            write_stderr(line.level, &line.message);
+        }
+    }
+    FORWARDED.notify_all();
+}
+
+/// The next forwarded record, waiting up to `timeout` for one; `None` when
+/// none came (or forwarding is off). Records dropped because the binding
+/// fell behind are reported by a warning in their place.
+pub fn next_forwarded(timeout: Duration) -> Option<ForwardedLine> {
+    let deadline = Instant::now() + timeout;
+    let mut forwarding = FORWARDING.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if forwarding.dropped > 0 {
+            let dropped = std::mem::take(&mut forwarding.dropped);
+            return Some(ForwardedLine {
+                level: Level::Warn,
+                target: module_path!().into(),
+                message: format!("{dropped} log records were dropped: their reader fell behind"),
+            });
+        }
+        if let Some(line) = forwarding.lines.pop_front() {
+            return Some(line);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !forwarding.on {
+            return None;
+        }
+        forwarding = FORWARDED
+            .wait_timeout(forwarding, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+}
+
+/// horovod-rs's records at or above the level, to standard error or to the
+/// binding.
+#[derive(Debug)]
+pub struct HorovodLogger;
+
+impl Log for HorovodLogger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.level() <= self.level && metadata.target().starts_with("horovod")
+        metadata.level() <= level() && metadata.target().starts_with("horovod")
     }
 
     fn log(&self, record: &Record<'_>) {
-        if self.enabled(record.metadata()) {
-            let line = format!(
-                "[{}] [horovod-rs {}] {}\n",
-                utc_time_of_day(SystemTime::now()),
-                record.level(),
-                record.args()
-            );
-            // One write per line, so lines of threads do not interleave.
-            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        if !self.enabled(record.metadata()) {
+            return;
         }
+        let message = record.args().to_string();
+        let mut forwarding = FORWARDING.lock().unwrap_or_else(PoisonError::into_inner);
+        if !forwarding.on {
+            drop(forwarding);
+            write_stderr(record.level(), &message);
+            return;
+        }
+        if forwarding.lines.len() == FORWARD_CAPACITY {
+            forwarding.lines.pop_front();
+            forwarding.dropped += 1;
+        }
+        forwarding.lines.push_back(ForwardedLine {
+            level: record.level(),
+            target: record.target().to_string(),
+            message,
+        });
+        FORWARDED.notify_one();
     }
 
     fn flush(&self) {
@@ -42,12 +148,23 @@ impl Log for StderrLogger {
     }
 }
 
-/// Installs a [`StderrLogger`] at `level` unless the process already has a
+/// Writes a record to standard error as the logger does when nothing is
+/// forwarded: for a binding whose own logging has nowhere to put it.
+pub fn write_stderr(level: impl std::fmt::Display, message: &str) {
+    let line = format!(
+        "[{}] [horovod-rs {level}] {message}\n",
+        utc_time_of_day(SystemTime::now())
+    );
+    // One write per line, so lines of threads do not interleave.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Installs [`HorovodLogger`] at `level` unless the process already has a
 /// logger (say, the host application's); true if this one was installed.
 pub fn install_stderr_logger(level: LevelFilter) -> bool {
-    let installed = log::set_boxed_logger(Box::new(StderrLogger { level })).is_ok();
+    let installed = log::set_logger(&HorovodLogger).is_ok();
     if installed {
-        log::set_max_level(level);
+        set_level(level);
     }
     installed
 }
@@ -110,14 +227,40 @@ mod tests {
     }
 
     #[test]
-    fn only_horovod_records_at_the_level_pass() {
-        let logger = StderrLogger {
-            level: LevelFilter::Warn,
-        };
+    fn only_horovod_records_at_the_level_pass_and_reach_the_binding_in_order() {
+        set_level(LevelFilter::Warn);
         let metadata = |level, target| Metadata::builder().level(level).target(target).build();
-        assert!(logger.enabled(&metadata(log::Level::Warn, "horovod_core::engine")));
-        assert!(!logger.enabled(&metadata(log::Level::Info, "horovod_core::engine")));
-        assert!(!logger.enabled(&metadata(log::Level::Error, "cudarc::driver")));
+        assert!(HorovodLogger.enabled(&metadata(Level::Warn, "horovod_core::engine")));
+        assert!(!HorovodLogger.enabled(&metadata(Level::Info, "horovod_core::engine")));
+        assert!(!HorovodLogger.enabled(&metadata(Level::Error, "cudarc::driver")));
+
+        let record = |level, message: &str| {
+            HorovodLogger.log(
+                &Record::builder()
+                    .level(level)
+                    .target("horovod_core::test")
+                    .args(format_args!("{message}"))
+                    .build(),
+            )
+        };
+        forward(true);
+        record(Level::Warn, "first");
+        record(Level::Info, "below the level");
+        record(Level::Error, "second");
+        let take = || next_forwarded(Duration::from_secs(5)).map(|line| (line.level, line.message));
+        assert_eq!(take(), Some((Level::Warn, "first".into())));
+        assert_eq!(take(), Some((Level::Error, "second".into())));
+        assert_eq!(next_forwarded(Duration::from_millis(10)), None);
+
+        // A reader that falls behind loses the oldest records, and is told.
+        for i in 0..FORWARD_CAPACITY + 3 {
+            record(Level::Warn, &i.to_string());
+        }
+        let told = take().unwrap();
+        assert!(told.1.starts_with("3 log records were dropped"), "{told:?}");
+        assert_eq!(take().unwrap().1, "3");
+        forward(false);
+        assert_eq!(next_forwarded(Duration::from_millis(10)), None);
     }
 
     #[test]

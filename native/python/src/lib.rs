@@ -417,6 +417,38 @@ fn cuda_built() -> bool {
     horovod_core::nccl::CUDA_SUPPORT
 }
 
+/// Sends horovod-rs's log records to `next_log_record` (true) or to standard error (false).
+#[pyfunction]
+fn forward_logs(on: bool) {
+    horovod_core::logging::forward(on);
+}
+
+/// Lets records at or above `level` (trace, debug, info, warning, error, off) through.
+#[pyfunction]
+fn set_log_level(level: &str) -> PyResult<()> {
+    let level = horovod_core::logging::parse_level(level)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown log level {level:?}")))?;
+    horovod_core::logging::set_level(level);
+    Ok(())
+}
+
+/// Writes a forwarded record to standard error in horovod-rs's own format (for a process whose
+/// logging is not configured).
+#[pyfunction]
+fn log_to_stderr(level: &str, message: &str) {
+    horovod_core::logging::write_stderr(level, message);
+}
+
+/// The next forwarded record as `(level, target, message)`, waiting up to `timeout_s` seconds
+/// without the GIL; None when none came.
+#[pyfunction]
+fn next_log_record(py: Python<'_>, timeout_s: f64) -> PyResult<Option<(String, String, String)>> {
+    let timeout = Duration::try_from_secs_f64(timeout_s)
+        .map_err(|_| PyValueError::new_err(format!("invalid timeout {timeout_s} s")))?;
+    let line = py.allow_threads(|| horovod_core::logging::next_forwarded(timeout));
+    Ok(line.map(|line| (line.level.to_string(), line.target, line.message)))
+}
+
 /// `data`'s bytes for a request: its own memory when `in_place` (the request keeps a reference to
 /// `data`, so the memory outlives the collective), else a copy.
 fn payload(py: Python<'_>, data: &Bound<'_, PyAny>, in_place: bool) -> PyResult<Payload> {
@@ -445,5 +477,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Work>()?;
     m.add_class::<Joining>()?;
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
+    m.add_function(wrap_pyfunction!(forward_logs, m)?)?;
+    m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
+    m.add_function(wrap_pyfunction!(next_log_record, m)?)?;
+    m.add_function(wrap_pyfunction!(log_to_stderr, m)?)?;
     Ok(())
 }

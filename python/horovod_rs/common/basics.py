@@ -6,6 +6,7 @@ import secrets
 import threading
 
 from horovod_rs import _native
+from horovod_rs.common import logs
 
 # Seconds a collective may wait for the other ranks (Horovod's HOROVOD_GLOO_TIMEOUT_SECONDS is 30;
 # a training step can legitimately take longer on slow hosts).
@@ -117,6 +118,7 @@ def _init(spec):
             if local is not None:
                 local.close()
         _state = _State(native, spec)
+        logs.start()
 
 
 def shutdown():
