@@ -33,6 +33,8 @@ pub struct ForwardedLine {
     pub target: String,
     /// The message.
     pub message: String,
+    /// The rank whose engine thread logged it, when one did.
+    pub rank: Option<usize>,
 }
 
 struct Forwarding {
@@ -94,6 +96,7 @@ pub fn next_forwarded(timeout: Duration) -> Option<ForwardedLine> {
                 level: Level::Warn,
                 target: module_path!().into(),
                 message: format!("{dropped} log records were dropped: their reader fell behind"),
+                rank: None,
             });
         }
         if let Some(line) = forwarding.lines.pop_front() {
@@ -139,6 +142,7 @@ impl Log for HorovodLogger {
             level: record.level(),
             target: record.target().to_string(),
             message,
+            rank: engine_thread_rank(),
         });
         FORWARDED.notify_one();
     }
@@ -146,6 +150,16 @@ impl Log for HorovodLogger {
     fn flush(&self) {
         let _ = std::io::stderr().flush();
     }
+}
+
+/// The rank of the engine thread running this (named `hvd-engine-<rank>`),
+/// for records of processes that hold several ranks (a Spark executor).
+fn engine_thread_rank() -> Option<usize> {
+    std::thread::current()
+        .name()?
+        .strip_prefix(crate::engine::THREAD_NAME_PREFIX)?
+        .parse()
+        .ok()
 }
 
 /// Writes a record to standard error as the logger does when nothing is

@@ -10,7 +10,7 @@ use horovod_core::{
     exchange_entries, CommConfig, Communicator, Listener, RendezvousService, Transport,
 };
 use jni::objects::{JByteArray, JClass, JString};
-use jni::sys::{jint, jlong};
+use jni::sys::{jboolean, jint, jlong};
 use jni::EnvUnowned;
 
 use crate::error_policy::{JniError, ThrowHorovodException};
@@ -205,4 +205,51 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_exchangeEntries<'call
 pub(crate) fn count(value: jint, what: &str) -> Result<usize, JniError> {
     usize::try_from(value)
         .map_err(|_| JniError::InvalidArgument(format!("{what} {value} is negative")))
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_forwardLogs<'caller>(
+    _unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    on: jboolean,
+) {
+    horovod_core::logging::forward(on);
+}
+
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_setLogLevel<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    level: JString<'caller>,
+) {
+    unowned_env
+        .with_env(|env| -> Result<(), JniError> {
+            let level = level.try_to_string(env)?;
+            let filter = horovod_core::logging::parse_level(&level)
+                .ok_or_else(|| JniError::InvalidArgument(format!("unknown log level {level:?}")))?;
+            horovod_core::logging::set_level(filter);
+            Ok(())
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+/// The next forwarded log record as `level \t rank \t target \t message` (rank empty when no
+/// engine thread logged it), or an empty string when none came within `timeout_ms`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_nextLogRecord<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    timeout_ms: jlong,
+) -> JString<'caller> {
+    unowned_env
+        .with_env(|env| -> Result<JString<'caller>, JniError> {
+            let timeout = millis(timeout_ms, "log wait")?;
+            let record =
+                horovod_core::logging::next_forwarded(timeout).map_or_else(String::new, |line| {
+                    let rank = line.rank.map_or_else(String::new, |rank| rank.to_string());
+                    format!("{}\t{rank}\t{}\t{}", line.level, line.target, line.message)
+                });
+            Ok(JString::from_str(env, record)?)
+        })
+        .resolve::<ThrowHorovodException>()
 }

@@ -68,6 +68,9 @@ pub use payload::{DeviceBuffer, Payload};
 pub use request::{Operation, Output, Request};
 pub use transport::Transport;
 
+/// The engine thread's name, before its rank (logs read the rank from it).
+pub const THREAD_NAME_PREFIX: &str = "hvd-engine-";
+
 /// Largest cache accepted: its bit vectors are ANDed every cycle.
 const MAX_CACHE_CAPACITY: usize = 1 << 20;
 
@@ -137,7 +140,7 @@ impl Engine {
             nccl: None,
         };
         let thread = thread::Builder::new()
-            .name(format!("hvd-engine-{rank}"))
+            .name(format!("{THREAD_NAME_PREFIX}{rank}"))
             .spawn(move || background.run())
             .map_err(|e| Error::io("spawning the engine thread", e))?;
         Ok(Engine {

@@ -10,9 +10,22 @@ package horovod.rs.spark;
 final class HorovodNative {
     static {
         NativeLibrary.load();
+        NativeLogForwarder.start();
     }
 
     private HorovodNative() {}
+
+    /** Sends the native log records to {@link #nextLogRecord} ({@code true}) or to standard error. */
+    static native void forwardLogs(boolean on);
+
+    /** Lets native records at or above {@code level} (trace, debug, info, warning, error, off) through. */
+    static native void setLogLevel(String level);
+
+    /**
+     * The next forwarded native log record as {@code level \t rank \t target \t message} (rank
+     * empty when no engine thread logged it), or an empty string when none came in time.
+     */
+    static native String nextLogRecord(long timeoutMs);
 
     /** Binds a rendezvous listener, e.g. on {@code "0.0.0.0:0"}; returns its handle. */
     static native long listen(String bindAddress);
