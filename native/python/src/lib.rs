@@ -247,6 +247,12 @@ impl Rank {
         splits: Option<Vec<usize>>,
         in_place: bool,
     ) -> PyResult<Work> {
+        if kind != "allreduce" && (prescale != 1.0 || postscale != 1.0) {
+            // Only the engine's allreduce scales; accepting them elsewhere would drop them.
+            return Err(PyValueError::new_err(format!(
+                "{kind} takes no prescale or postscale factors (the engine scales allreduces only)"
+            )));
+        }
         let operation = match kind {
             "allreduce" => Operation::Allreduce {
                 op: reduce_op(op)?,

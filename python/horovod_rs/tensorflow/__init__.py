@@ -201,12 +201,13 @@ class _DistributedGradientTape(tf.GradientTape):
 
     def register_local_source(self, source):
         """Keeps ``source``'s gradient on this rank: it is not reduced over the ranks."""
-        self._local_sources.add(source.ref())
+        # By identity, as Horovod's ref(): Keras 3's variables have no ref().
+        self._local_sources.add(id(source))
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         flat = tf.nest.flatten(sources)
         grads = super().gradient(target, flat, output_gradients)
-        shared = [i for i, s in enumerate(flat) if s.ref() not in self._local_sources]
+        shared = [i for i, s in enumerate(flat) if id(s) not in self._local_sources]
         reduced = self._allreduce_grads([grads[i] for i in shared])
         for i, g in zip(shared, reduced):
             grads[i] = g
@@ -214,7 +215,7 @@ class _DistributedGradientTape(tf.GradientTape):
             # As Horovod (its pull 3695): local gradients are divided by the ranks too.
             n = float(self.process_set.size())
             for i, s in enumerate(flat):
-                if s.ref() in self._local_sources and grads[i] is not None:
+                if id(s) in self._local_sources and grads[i] is not None:
                     g = grads[i]
                     grads[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape) \
                         if isinstance(g, tf.IndexedSlices) else g / n
@@ -226,7 +227,7 @@ class _DistributedGradientTape(tf.GradientTape):
         grads = self.gradient(target, sources, output_gradients, use_generic_names)
         local, shared = [], []
         for s, g in zip(sources, grads):
-            (local if s.ref() in self._local_sources else shared).append((s, g))
+            (local if id(s) in self._local_sources else shared).append((s, g))
         return local, shared
 
 

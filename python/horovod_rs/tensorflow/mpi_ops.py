@@ -14,6 +14,7 @@ wrong, ``DeadlineExceededError`` past the collective timeout.
 """
 
 import re
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -90,12 +91,12 @@ def _normalize_name(name):
 
 
 def _names(prefix, tensors, name):
-    """One engine name per tensor: ``name`` (numbered in a group), a traced tensor's own name, or
-    None eagerly (the engine numbers it)."""
-    if name is None and not tf.executing_eagerly():
-        name = _normalize_name("%s_%s" % (prefix, "_".join(t.name for t in tensors)))
+    """One engine name per tensor: ``name`` (numbered in a group); unnamed, a traced tensor's own
+    name, or eagerly the operation's (as Horovod's eager ops: one at a time, so a rank that
+    failed a collective the others ran does not shift the names of every later one)."""
     if name is None:
-        return [None] * len(tensors)
+        name = prefix if tf.executing_eagerly() else \
+            _normalize_name("%s_%s" % (prefix, "_".join(t.name for t in tensors)))
     return [name] if len(tensors) == 1 else ["%s.%d" % (name, i) for i in range(len(tensors))]
 
 
@@ -113,6 +114,37 @@ def _exchange(kind, values, names, process_set, options):
         raise tf.errors.FailedPreconditionError(None, None, "%s: %s" % (kind, e)) from e
 
 
+# The last collective added to each graph (see _in_order).
+_last_collective = weakref.WeakKeyDictionary()
+
+
+def _in_order(make_op):
+    """``make_op()``'s outputs, its op running after the graph's previous collective. A traced
+    collective blocks one of the graph's threads while it waits for the other ranks; run in
+    whatever order a session's threads pick, ranks could each hold every thread waiting for
+    collectives the others have not reached. In creation order (the same on every rank) they
+    cannot (tf.function already orders stateful ops so; a v1 graph does not)."""
+    graph = tf.compat.v1.get_default_graph()
+    last = _last_collective.get(graph)
+    with tf.control_dependencies([last] if last is not None else []):
+        outputs = make_op()
+    _last_collective[graph] = outputs[0].op
+    return outputs
+
+
+def _py_function(exchange, inputs, dtypes):
+    """``exchange`` as a graph op. TensorFlow reports a Python function's errors as UnknownError
+    (keeping the message), but a ValueError as InvalidArgumentError: the argument errors keep
+    their type."""
+    def run(*args):
+        try:
+            return exchange(*args)
+        except tf.errors.InvalidArgumentError as e:
+            raise ValueError(e.message) from e
+
+    return _in_order(lambda: tf.py_function(run, list(inputs), Tout=list(dtypes)))
+
+
 def _run(kind, tensors, names, process_set, shapes, **options):
     """The results of collective ``kind`` of ``tensors``, as tensors; ``shapes`` gives each
     result's static shape when traced."""
@@ -123,7 +155,7 @@ def _run(kind, tensors, names, process_set, shapes, **options):
     def exchange(*inputs):
         return _exchange(kind, [t.numpy() for t in inputs], names, process_set, options)
 
-    results = tf.py_function(exchange, list(tensors), Tout=[t.dtype for t in tensors])
+    results = _py_function(exchange, tensors, [t.dtype for t in tensors])
     for result, shape in zip(results, shapes):
         result.set_shape(shape)
     return results
@@ -180,7 +212,8 @@ def _position(process_set):
 def _my_rows(grads, inputs, process_set):
     """This rank's rows of each of an allgather's gradients: the gradients of its inputs."""
     counts = grouped_allgather([tf.reshape(tf.shape(x)[0], [1]) for x in inputs], process_set=process_set)
-    return [tf.split(g, c, axis=0)[_position(process_set)] for g, c in zip(grads, counts)]
+    ranks = _process_sets.engine(process_set)[0].size()  # tf.split needs the count of pieces
+    return [tf.split(g, tf.reshape(c, [ranks]), axis=0)[_position(process_set)] for g, c in zip(grads, counts)]
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -261,7 +294,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         if tf.executing_eagerly():
             rows, received = [tf.convert_to_tensor(r) for r in exchange(x, split_values)]
         else:
-            rows, received = tf.py_function(exchange, [x, split_values], Tout=[x.dtype, tf.int32])
+            rows, received = _py_function(exchange, [x, split_values], [x.dtype, tf.int32])
             rows.set_shape(_rows_unknown(x))
             received.set_shape([None])
 
@@ -273,6 +306,18 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
     rows, received = differentiable(tensor)
     return (rows, received) if splits is not None else rows
+
+
+def _scaled(tensor, factor):
+    """``tensor * factor`` as Horovod scales: float16 in float32, other floats in their own
+    type, integers in float64 truncated back."""
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tf.cast(tensor, tf.float32) * factor, tensor.dtype)
+    if tensor.dtype.is_floating:
+        return tensor * tf.cast(factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
 
 
 def _reducescatter_grad_factor(op, process_set, prescale_factor, postscale_factor):
@@ -301,8 +346,9 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
 
     @tf.custom_gradient
     def reducescatter(*xs):
-        ys = _run("reducescatter", xs, names, process_set, [_rows_unknown(x) for x in xs], op=op,
-                  prescale=prescale_factor, postscale=postscale_factor)
+        ys = _run("reducescatter", [_scaled(x, prescale_factor) for x in xs], names, process_set,
+                  [_rows_unknown(x) for x in xs], op=op)
+        ys = [_scaled(y, postscale_factor) for y in ys]
 
         def grad(*dys):
             return [allgather(d * factor if factor != 1.0 else d, process_set=process_set) for d in dys]
@@ -324,7 +370,7 @@ def join():
     others still submit (zeros to allreduces)."""
     if tf.executing_eagerly():
         return tf.constant(_join(), dtype=tf.int32)
-    return tf.py_function(_join, [], Tout=tf.int32)
+    return _in_order(lambda: [tf.py_function(_join, [], Tout=tf.int32)])[0]
 
 
 def _join():
