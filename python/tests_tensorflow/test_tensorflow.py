@@ -202,3 +202,24 @@ def test_keras_modules_are_horovods():
 
 def test_join_returns_the_last_rank_to_join():
     assert int(hvd.join()) in range(SIZE)
+
+
+def test_partial_distributed_optimizer_keeps_local_layers_gradients():
+    import keras
+
+    import horovod_rs.keras as hvd_keras
+
+    local = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones"),
+                              local])
+    opt = hvd_keras.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=[local])
+    x = np.array([[RANK + 1.0]], dtype=np.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x))
+    shared, mine = model.trainable_weights
+    grads = tape.gradient(loss, [shared, mine])
+    opt.apply(grads, [shared, mine])
+    # d loss/d w = x for both weights (1 x 1 x x); the shared one averages x over the ranks, the
+    # local one keeps this rank's x divided by the ranks (Horovod's scale_local_gradients).
+    np.testing.assert_allclose(shared.numpy(), [[1.0 - (EVERY.mean() + 1)]])
+    np.testing.assert_allclose(mine.numpy(), [[1.0 - (RANK + 1.0) / SIZE]])

@@ -178,6 +178,37 @@ def _gradient_allreduce(compression, sparse_as_dense, op, gradient_predivide_fac
     return allreduce_grads
 
 
+def _reduce_shared(grads, variables, local, allreduce_grads, scale_local_gradients, process_set, name=None):
+    """``grads`` with those of variables outside ``local`` (ids) reduced over the ranks, and as
+    Horovod (its pull 3695) the local ones divided by the ranks unless ``scale_local_gradients``
+    is false."""
+    grads = list(grads)
+    shared = [i for i, v in enumerate(variables) if id(v) not in local]
+    for i, g in zip(shared, allreduce_grads([grads[i] for i in shared], name=name)):
+        grads[i] = g
+    if scale_local_gradients and local:
+        n = float(process_set.size())
+        for i, v in enumerate(variables):
+            if id(v) in local and grads[i] is not None:
+                g = grads[i]
+                grads[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape) \
+                    if isinstance(g, tf.IndexedSlices) else g / n
+    return grads
+
+
+def _local_layer_variables(local_layers):
+    """The trainable variables of Horovod's ``local_layers`` argument (a Keras layer or a list)."""
+    import keras
+
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    return [var for layer in local_layers for var in layer.trainable_weights]
+
+
 def _check_groups(groups, num_groups):
     """Horovod's ``groups``/``num_groups`` checked; the engine fuses every step's gradients
     anyway, so the grouping itself changes no result."""
@@ -207,18 +238,8 @@ class _DistributedGradientTape(tf.GradientTape):
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         flat = tf.nest.flatten(sources)
         grads = super().gradient(target, flat, output_gradients)
-        shared = [i for i, s in enumerate(flat) if id(s) not in self._local_sources]
-        reduced = self._allreduce_grads([grads[i] for i in shared])
-        for i, g in zip(shared, reduced):
-            grads[i] = g
-        if self.scale_local_gradients and self._local_sources:
-            # As Horovod (its pull 3695): local gradients are divided by the ranks too.
-            n = float(self.process_set.size())
-            for i, s in enumerate(flat):
-                if id(s) in self._local_sources and grads[i] is not None:
-                    g = grads[i]
-                    grads[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape) \
-                        if isinstance(g, tf.IndexedSlices) else g / n
+        grads = _reduce_shared(grads, flat, self._local_sources, self._allreduce_grads,
+                               self.scale_local_gradients, self.process_set)
         return tf.nest.pack_sequence_as(sources, grads)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None, use_generic_names=False):
@@ -253,19 +274,11 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
                                    scale_local_gradients=True):
     """``DistributedGradientTape`` that keeps the gradients of ``local_layers`` (Keras layers) on
     this rank."""
-    import keras
-
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    local_vars = _local_layer_variables(local_layers)
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
-    for layer in local_layers:
-        for var in layer.trainable_weights:
-            tape.register_local_source(var)
+    for var in local_vars:
+        tape.register_local_source(var)
     return tape
 
 

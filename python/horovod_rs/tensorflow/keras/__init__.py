@@ -101,12 +101,39 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                                                gradient_predivide_factor, process_set)
 
     class _Distributed(base):
+        _hvd_local_vars = frozenset()  # ids of variables registered with register_local_var
+
+        def register_local_var(self, var):
+            """Keeps ``var``'s gradient on this rank: it is not reduced over the ranks."""
+            # By identity: Keras 3's variables have no ref().
+            self._hvd_local_vars = self._hvd_local_vars | {id(var)}
+
         def apply(self, grads, trainable_variables=None):
+            variables = list(trainable_variables if trainable_variables is not None else self._trainable_variables)
             # Named by position: ranks whose graphs name their tensors differently still agree.
-            reduced = allreduce_grads(list(grads), name="keras.gradient")
+            reduced = _hvd._reduce_shared(grads, variables, self._hvd_local_vars, allreduce_grads,
+                                          scale_local_gradients, process_set or global_process_set,
+                                          name="keras.gradient")
             if scale != 1.0:
                 reduced = [None if g is None else g * scale for g in reduced]
             return super().apply(reduced, trainable_variables)
 
     _Distributed.__name__ = base.__name__
     return _Distributed.from_config(config)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
+                                sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False, groups=None,
+                                process_set=global_process_set, local_layers=None, scale_local_gradients=True):
+    """``DistributedOptimizer`` that keeps the gradients of ``local_layers`` (Keras layers) on this
+    rank (divided by the ranks unless ``scale_local_gradients`` is false, as Horovod)."""
+    if op not in (Average, Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    local_vars = _hvd._local_layer_variables(local_layers)
+    distributed = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                       gradient_predivide_factor, op, backward_passes_per_step,
+                                       average_aggregated_gradients, process_set, scale_local_gradients)
+    for var in local_vars:
+        distributed.register_local_var(var)
+    return distributed
