@@ -223,3 +223,15 @@ def test_partial_distributed_optimizer_keeps_local_layers_gradients():
     # local one keeps this rank's x divided by the ranks (Horovod's scale_local_gradients).
     np.testing.assert_allclose(shared.numpy(), [[1.0 - (EVERY.mean() + 1)]])
     np.testing.assert_allclose(mine.numpy(), [[1.0 - (RANK + 1.0) / SIZE]])
+
+
+def test_sync_batch_normalization_normalizes_with_every_ranks_batch():
+    # Rank r's batch is 2 rows of value r and r + 10: the statistics over all ranks' rows.
+    x = np.array([[RANK], [RANK + 10.0]], dtype=np.float32)
+    layer = hvd.SyncBatchNormalization(axis=1, epsilon=0.0, momentum=0.0)
+    out = layer(x, training=True).numpy()
+    every = np.concatenate([[r, r + 10.0] for r in range(SIZE)])
+    np.testing.assert_allclose(out[:, 0], (x[:, 0] - every.mean()) / every.std(), rtol=1e-4)
+    np.testing.assert_allclose(layer.moving_mean.numpy(), [every.mean()], rtol=1e-5)
+    with pytest.raises(ValueError, match="fused=True"):
+        hvd.SyncBatchNormalization(fused=True)

@@ -71,6 +71,15 @@ from horovod_rs.tensorflow.mpi_ops import (  # noqa: F401  (Horovod's API)
 from horovod_rs.tensorflow.util import _executing_eagerly  # noqa: F401
 
 
+def __getattr__(name):
+    # Keras is imported only by scripts that use its layer.
+    if name == "SyncBatchNormalization":
+        from horovod_rs.tensorflow.sync_batch_norm import SyncBatchNormalization
+
+        return SyncBatchNormalization
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
 def _sparse_allreduce(slices, op, prescale_factor, postscale_factor, process_set):
     """An ``IndexedSlices`` reduced as Horovod does: every rank's rows and indices gathered
     (duplicate indices add up when applied), divided by the ranks for Average."""
