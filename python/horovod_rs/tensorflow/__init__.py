@@ -207,13 +207,19 @@ def _reduce_shared(grads, variables, local, allreduce_grads, scale_local_gradien
 
 def _local_layer_variables(local_layers):
     """The trainable variables of Horovod's ``local_layers`` argument (a Keras layer or a list)."""
-    import keras
+    # tf.keras is Keras 2 (tf_keras) with TF_USE_LEGACY_KERAS=1, else Keras 3: either's layers.
+    layer_types = (tf.keras.layers.Layer,)
+    try:
+        import keras
 
+        layer_types += (keras.layers.Layer,)
+    except ImportError:
+        pass
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif isinstance(local_layers, layer_types):
         local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+    elif not all(isinstance(layer, layer_types) for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     return [var for layer in local_layers for var in layer.trainable_weights]
 

@@ -1,8 +1,8 @@
 """Horovod's tf.keras API on the horovod-rs engine: ``import horovod_rs.tensorflow.keras as hvd``.
 
 ``DistributedOptimizer`` averages the gradients of every step across ranks before the wrapped
-optimizer applies them; inside ``model.fit``'s compiled step the exchange runs through
-``tf.py_function``. ``callbacks`` has Horovod's callbacks (broadcast, metric average,
+optimizer (Keras 3, or Keras 2 from ``tf_keras``) applies them; inside ``model.fit``'s compiled
+step the exchange runs through ``tf.py_function``. ``callbacks`` has Horovod's callbacks (broadcast, metric average,
 learning-rate schedule and warmup, best-model checkpoint).
 """
 
@@ -70,6 +70,14 @@ def broadcast_global_variables(root_rank):
     return _hvd.broadcast_global_variables(root_rank)
 
 
+def _is_keras3(optimizer):
+    try:
+        import keras
+    except ImportError:
+        return False
+    return keras.__version__.startswith("3.") and isinstance(optimizer, keras.optimizers.Optimizer)
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, process_set=global_process_set,
@@ -81,11 +89,19 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     ``backward_passes_per_step`` > 1 applies the variables every that many steps, with the sum of
     the steps' averaged gradients (their mean with ``average_aggregated_gradients``), as Horovod
-    does; it rides on Keras's ``gradient_accumulation_steps``. Unlike Horovod, the gradients are
-    exchanged every step, not once per application (the result is the same: averaging is linear).
+    does. On a Keras 3 optimizer it rides on Keras's ``gradient_accumulation_steps`` and, unlike
+    Horovod, exchanges the gradients every step, not once per application (the result is the
+    same: averaging is linear). A Keras 2 optimizer (``tf_keras``) is wrapped as Horovod wraps it
+    (``keras2``).
     """
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be at least 1, not %d" % backward_passes_per_step)
+    if not _is_keras3(optimizer):
+        from horovod_rs.tensorflow.keras import keras2
+
+        return keras2.distributed_optimizer(optimizer, name, compression, sparse_as_dense, op,
+                                            gradient_predivide_factor, backward_passes_per_step,
+                                            average_aggregated_gradients, process_set, scale_local_gradients)
     base = optimizer.__class__
     config = optimizer.get_config()
     # Keras averages what it accumulates; Horovod sums unless asked to average.
