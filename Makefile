@@ -205,7 +205,7 @@ $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 # Horovod's PyTorch API under the launcher with 2 and 3 processes, the launcher
 # itself, a Horovod-style training script (exits 1 below 90% accuracy), the tf.keras API with 2
 # processes on Keras 3 and on Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1), and the TensorFlow API
-# with 2 and 3.
+# with 2 and 3 (and 2 on Keras 2).
 python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pytest
 	$(VENV)/bin/pytest -q -p no:cacheprovider python/tests_spark
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
@@ -216,6 +216,7 @@ python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pyt
 	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_keras
 	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
+	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 
 # tensorboard: the estimators write TensorBoard logs to the store when it is installed.
 # tf_keras: Keras 2, which most Horovod scripts were written for.

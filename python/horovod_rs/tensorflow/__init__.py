@@ -235,11 +235,12 @@ def _check_groups(groups, num_groups):
 class _DistributedGradientTape(tf.GradientTape):
     """A ``tf.GradientTape`` whose ``gradient`` averages the gradients over the ranks (the ones of
     registered local sources stay this rank's, divided by the ranks unless
-    ``scale_local_gradients=False``)."""
+    ``scale_local_gradients=False``). ``super`` is spelled out: autograph converts these methods
+    when a tf.function calls them, and its ``super()`` cannot find the class."""
 
     def __init__(self, persistent, watch_accessed_variables, allreduce_grads, process_set,
                  scale_local_gradients):
-        super().__init__(persistent, watch_accessed_variables)
+        super(_DistributedGradientTape, self).__init__(persistent, watch_accessed_variables)
         self._allreduce_grads = allreduce_grads
         self.process_set = process_set
         self.scale_local_gradients = scale_local_gradients
@@ -252,7 +253,7 @@ class _DistributedGradientTape(tf.GradientTape):
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         flat = tf.nest.flatten(sources)
-        grads = super().gradient(target, flat, output_gradients)
+        grads = super(_DistributedGradientTape, self).gradient(target, flat, output_gradients)
         grads = _reduce_shared(grads, flat, self._local_sources, self._allreduce_grads,
                                self.scale_local_gradients, self.process_set)
         return tf.nest.pack_sequence_as(sources, grads)

@@ -132,7 +132,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                                           name="keras.gradient")
             if scale != 1.0:
                 reduced = [None if g is None else g * scale for g in reduced]
-            return super().apply(reduced, trainable_variables)
+            return super(_Distributed, self).apply(reduced, trainable_variables)
 
     _Distributed.__name__ = base.__name__
     return _Distributed.from_config(config)

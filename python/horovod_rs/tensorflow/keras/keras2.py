@@ -77,6 +77,7 @@ def distributed_optimizer(optimizer, name, compression, sparse_as_dense, op, gra
                                                process_set)
     base = optimizer.__class__
 
+    # super is spelled out: autograph converts these methods inside model.fit's tf.function.
     class _Distributed(base):
         _HAS_AGGREGATE_GRAD = True
         _hvd_local_vars = frozenset()
@@ -102,21 +103,21 @@ def distributed_optimizer(optimizer, name, compression, sparse_as_dense, op, gra
             return list(zip(reduced, variables))
 
         def compute_gradients(self, loss, var_list, tape=None):
-            compute = super().compute_gradients if hasattr(base, "compute_gradients") else super()._compute_gradients
+            compute = super(_Distributed, self).compute_gradients if hasattr(base, "compute_gradients") else super(_Distributed, self)._compute_gradients
             return self._hvd_reduced(compute(loss, var_list, tape=tape))
 
         def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
             if not hasattr(base, "_compute_gradients"):  # the newer optimizers compute in compute_gradients
                 return self.compute_gradients(loss, var_list, tape=tape)
-            return self._hvd_reduced(super()._compute_gradients(loss, var_list, grad_loss, tape=tape))
+            return self._hvd_reduced(super(_Distributed, self)._compute_gradients(loss, var_list, grad_loss, tape=tape))
 
         def get_gradients(self, loss, params):
-            grads = super().get_gradients(loss, params)
+            grads = super(_Distributed, self).get_gradients(loss, params)
             return [g for g, _ in self._hvd_reduced(list(zip(grads, params)))]
 
         def apply_gradients(self, grads_and_vars, *args, **kwargs):
             if not self._agg_helper:
-                return super().apply_gradients(grads_and_vars, *args, **kwargs)
+                return super(_Distributed, self).apply_gradients(grads_and_vars, *args, **kwargs)
             grads_and_vars = list(grads_and_vars)
             # Slots are made before the condition: no variable may be created inside it.
             variables = [v for _, v in grads_and_vars]
