@@ -226,6 +226,11 @@ impl Rank {
         self.engine.size()
     }
 
+    /// Why this rank's engine has stopped, or None while it runs.
+    fn stopped(&self) -> Option<String> {
+        self.engine.stop_cause()
+    }
+
     /// Submits a named collective on `data` (`dtype` elements in `shape`); returns its handle.
     /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter, barrier or join.
     /// `in_place`: an allreduce or broadcast runs in `data`'s own memory (a writable, contiguous

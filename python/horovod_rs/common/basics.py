@@ -104,8 +104,9 @@ def init_rank(spec):
 def _init(spec):
     global _state
     with _lock:
-        if _state is not None:
+        if _state is not None and _state.rank.stopped() is None:
             return
+        _state = None  # a stopped engine (shut down by another rank, or failed) is left for a new one
         local = None
         if spec is None:  # Started without a launcher: a job of one.
             secret = secrets.token_bytes(32)
@@ -129,7 +130,9 @@ def shutdown():
 
 
 def is_initialized():
-    return _state is not None
+    """Whether this process is in a running job: false again once its engine stopped (a rank
+    shut down or failed), as then ``init()`` joins a new one."""
+    return _state is not None and _state.rank.stopped() is None
 
 
 def state():

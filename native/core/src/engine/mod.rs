@@ -164,6 +164,15 @@ impl Engine {
         self.size
     }
 
+    /// Why the engine has stopped (shut down here or on another rank, or
+    /// its transport failed); `None` while it runs.
+    pub fn stop_cause(&self) -> Option<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Submits `request`; its data is moved in, and the handle gives the
     /// result once every rank has submitted the same name and it has run.
     ///
