@@ -8,6 +8,11 @@ import threading
 from horovod_rs import _native
 from horovod_rs.common import logs
 
+# Horovod's names every framework module re-exports (``from horovod_rs.common.basics import *``).
+__all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+           "cross_rank", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled",
+           "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built"]
+
 # Seconds a collective may wait for the other ranks (Horovod's HOROVOD_GLOO_TIMEOUT_SECONDS is 30;
 # a training step can legitimately take longer on slow hosts).
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("HOROVOD_RS_TIMEOUT_SECONDS", "600"))

@@ -11,6 +11,9 @@ import numpy as np
 from horovod_rs import _native
 from horovod_rs.common import basics
 
+# Horovod's names the framework modules re-export (``from ... import *``).
+__all__ = ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"]
+
 
 class ProcessSet:
     """A subset of the job's ranks (``ranks``), usable once added (``process_set_id`` set)."""

@@ -2,29 +2,7 @@
 
 import tensorflow as tf
 
-
-class Compressor:
-    """Interface: ``compress`` returns the tensor to send and what ``decompress`` needs to restore it."""
-
-    @staticmethod
-    def compress(tensor):
-        pass
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        pass
-
-
-class NoneCompressor(Compressor):
-    """The default: tensors travel as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from horovod_rs.common.compression import Compressor, NoneCompressor  # noqa: F401  (Horovod's names)
 
 
 class FP16Compressor(Compressor):

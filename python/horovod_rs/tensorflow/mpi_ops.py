@@ -21,34 +21,9 @@ import tensorflow as tf
 
 from horovod_rs.common import arrays, basics
 from horovod_rs.common import process_sets as _process_sets
-from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
+from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
 from horovod_rs.common.exceptions import HorovodInternalError  # noqa: F401  (Horovod's API)
-from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
+from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
 
 Average = "average"
 Sum = "sum"

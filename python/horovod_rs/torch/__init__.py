@@ -16,33 +16,8 @@ import torch
 from horovod_rs.common import arrays, basics
 from horovod_rs.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401  (Horovod's API)
 from horovod_rs.common import process_sets as _process_sets
-from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
-from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
-    ccl_built,
-    cuda_built,
-    cross_rank,
-    cross_size,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
+from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
+from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
 from horovod_rs.torch import adasum as _adasum
 from horovod_rs.torch.compression import Compression  # noqa: F401
 from horovod_rs.torch.optimizer import DistributedOptimizer  # noqa: F401

@@ -2,18 +2,10 @@
 
 import torch
 
-
-class NoneCompressor:
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from horovod_rs.common.compression import Compressor, NoneCompressor  # noqa: F401  (Horovod's names)
 
 
-class FP16Compressor:
+class FP16Compressor(Compressor):
     """Sends floating-point tensors as float16 and restores their type after."""
 
     @staticmethod

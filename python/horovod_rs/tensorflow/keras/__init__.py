@@ -9,33 +9,8 @@ learning-rate schedule and warmup, best-model checkpoint).
 import tensorflow as tf
 
 import horovod_rs.tensorflow as _hvd
-from horovod_rs.common.basics import (  # noqa: F401  (re-exported: Horovod's API)
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
-from horovod_rs.common.process_sets import (  # noqa: F401  (re-exported: Horovod's API)
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
+from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
+from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
 from horovod_rs.tensorflow.compression import Compression
 from horovod_rs.tensorflow.mpi_ops import Adasum, Average, Sum, start_timeline, stop_timeline  # noqa: F401
 from horovod_rs.tensorflow.keras import callbacks  # noqa: F401
