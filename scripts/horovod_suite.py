@@ -5,7 +5,8 @@
 For each file: copies it (and Horovod's test/utils) to a temporary directory, rewrites every
 import of ``horovod`` to ``horovod_rs`` (import lines only), then runs each test alone as a 2-rank
 job under ``horovodrs`` (``--np``), then the whole file as one job, and prints the counts and the
-failures grouped by their first error line. Horovod's tests read their rank from MPI's
+failures grouped by their first error line (for the whole file, from each rank's JUnit report: a
+test passes when it passed on every rank with no subtest failed or skipped). Horovod's tests read their rank from MPI's
 environment (PMI_RANK/PMI_SIZE), which each rank gets from horovodrs's HOROVOD_RANK/HOROVOD_SIZE.
 """
 
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from xml.etree import ElementTree
 
 IMPORT = re.compile(r"^(\s*)(import|from)\s+horovod(?=[\s.])")
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
@@ -54,14 +56,17 @@ def collect(target):
     return tests
 
 
-def run_job(np_, args, cwd, timeout):
-    """One job of ``np_`` ranks running ``pytest args``; returns (outcome counts, output)."""
+def run_job(np_, args, cwd, timeout, junit=None):
+    """One job of ``np_`` ranks running ``pytest args``; returns (outcome counts, output). With
+    ``junit`` (a folder), each rank also writes a JUnit report there (``junit-<rank>.xml``)."""
     launcher = os.path.join(os.path.dirname(sys.executable), "horovodrs")
+    report = ' --junitxml="$HOROVOD_SUITE_JUNIT/junit-$HOROVOD_RANK.xml"' if junit else ""
     command = [launcher, "-np", str(np_), "sh", "-c",
-               'PMI_RANK=$HOROVOD_RANK PMI_SIZE=$HOROVOD_SIZE exec "$0" -m pytest -q -p no:cacheprovider "$@"',
-               sys.executable] + args
+               'PMI_RANK=$HOROVOD_RANK PMI_SIZE=$HOROVOD_SIZE exec "$0" -m pytest -q -p no:cacheprovider%s "$@"'
+               % report, sys.executable] + args
+    env = dict(os.environ, HOROVOD_SUITE_JUNIT=junit or "")
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
-                           start_new_session=True)
+                           start_new_session=True, env=env)
     try:
         output, _ = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -75,6 +80,23 @@ def run_job(np_, args, cwd, timeout):
         for number, word in SUMMARY.findall(summary[-1] if summary else ""):
             counts[(rank, word.rstrip("s") if word.startswith("error") else word)] += int(number)
     return counts, output
+
+
+def per_test(junit, np_):
+    """Each test's outcome over the ranks' JUnit reports: failed if it failed on any rank (any
+    subtest), passed if it passed on every rank with nothing skipped, else skipped."""
+    outcomes = {}
+    for rank in range(np_):
+        path = os.path.join(junit, "junit-%d.xml" % rank)
+        if not os.path.exists(path):
+            continue  # the rank died before writing it: its tests count as not passed
+        for case in ElementTree.parse(path).iter("testcase"):
+            test = "%s::%s" % (case.get("classname"), case.get("name"))
+            kinds = {child.tag for child in case}
+            outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
+            previous = outcomes.get(test, "passed")
+            outcomes[test] = min(previous, outcome, key=("failed", "skipped", "passed").index)
+    return outcomes
 
 
 def first_error(output):
@@ -126,9 +148,16 @@ def main(argv=None):
                 for error, names in sorted(errors.items(), key=lambda e: -len(e[1])):
                     print("  %3d x %s\n        %s" % (len(names), error, " ".join(names)))
             if args.mode in ("whole", "both"):
+                junit = tempfile.mkdtemp(dir=work)
                 counts, _ = run_job(args.np, [os.path.basename(target)] + (["-k", args.k] if args.k else []), cwd,
-                                    args.timeout * 10)
-                print("%s, whole file on %d ranks: %s" % (path, args.np, dict(counts)), flush=True)
+                                    args.timeout * 10, junit)
+                outcomes = per_test(junit, args.np)
+                tally = collections.Counter(outcomes.values())
+                print("%s, whole file on %d ranks: %d passed, %d failed, %d skipped of %d tests%s"
+                      % (path, args.np, tally["passed"], tally["failed"], tally["skipped"], len(tests),
+                         " (timed out)" if "timeout" in counts else ""), flush=True)
+                for test in sorted(t for t, outcome in outcomes.items() if outcome == "failed"):
+                    print("  failed  %s" % test)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
