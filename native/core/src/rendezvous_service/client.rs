@@ -1,0 +1,282 @@
+//! A rank's side: registering its entry and receiving everyone's.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use log::debug;
+
+use crate::auth::{self, Role, Secret, TAG_LEN};
+use crate::error::{Error, Result};
+use crate::rendezvous::{self, kind_mismatch, version_mismatch, MAX_CONNECT_ATTEMPT, MAX_TIMEOUT};
+use crate::wire::{self, Hello, HELLO_LEN, KIND_SERVICE, KIND_SERVICE_CLIENT, PREFIX_LEN};
+
+use super::frames::*;
+
+/// Longest pause between attempts to reach a service not listening yet.
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Registers `entry` as rank `rank`'s of stage attempt `attempt` with the
+/// driver's rendezvous service at `service_addr` ("host:port"), and returns
+/// every rank's entry of that attempt, in rank order.
+///
+/// `size` is the job size and must be the service's; `entry` is at most
+/// 64 KiB of UTF-8. Connecting is retried (the service may not listen yet)
+/// and the whole call takes at most `timeout`.
+///
+/// # Errors
+/// * `InvalidArgument`: rank out of range, unparsable address, entry too
+///   long, empty secret, zero timeout; or the service refused the
+///   registration (it runs a job of another size).
+/// * `AuthFailed`: the service could not prove it knows the secret.
+/// * `VersionMismatch`: the address answers with another protocol version,
+///   as a rank's listener, or not as horovod-rs at all.
+/// * `Timeout`: the service could not be reached, did not answer the
+///   handshake, or not every rank registered within `timeout`.
+/// * `ServiceLost`: the service closed the connection first (the driver
+///   stopped it), or this rank registered again on another connection.
+pub fn exchange_entries(
+    service_addr: &str,
+    secret: &[u8],
+    rank: usize,
+    size: usize,
+    attempt: u32,
+    entry: &str,
+    timeout: Duration,
+) -> Result<Vec<String>> {
+    let secret = Secret::new(secret)?;
+    validate(service_addr, rank, size, entry, timeout)?;
+    let timeout = timeout.min(MAX_TIMEOUT);
+    let client = Client {
+        address: service_addr,
+        rank,
+        size,
+        attempt,
+        secret,
+        timeout,
+        deadline: Instant::now() + timeout,
+    };
+    let stream = client.reach()?;
+    let result = client.register(&stream, entry);
+    let _ = stream.shutdown(Shutdown::Both);
+    if let Ok(entries) = &result {
+        debug!(
+            "rank {rank}: received the {} entries of stage attempt {attempt}",
+            entries.len()
+        );
+    }
+    result
+}
+
+fn validate(address: &str, rank: usize, size: usize, entry: &str, timeout: Duration) -> Result<()> {
+    if size == 0 {
+        return Err(Error::InvalidArgument("the job size is zero".into()));
+    }
+    if u32::try_from(size).is_err() {
+        return Err(Error::InvalidArgument(format!("{size} ranks are too many")));
+    }
+    if rank >= size {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank} is out of range for {size} ranks"
+        )));
+    }
+    if !rendezvous::is_host_port(address) {
+        return Err(Error::InvalidArgument(format!(
+            "the rendezvous service address {address:?} is not host:port"
+        )));
+    }
+    if entry.len() > MAX_ENTRY_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "the entry of rank {rank} is {} bytes, more than the {MAX_ENTRY_LEN} the rendezvous service accepts",
+            entry.len()
+        )));
+    }
+    if timeout.is_zero() {
+        return Err(Error::InvalidArgument(
+            "the rendezvous timeout must be positive".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What a rank's registration needs to know.
+struct Client<'a> {
+    address: &'a str,
+    rank: usize,
+    size: usize,
+    attempt: u32,
+    secret: Secret,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+/// What the client is doing, for error messages.
+#[derive(Clone, Copy)]
+enum Phase {
+    Handshake,
+    Waiting,
+}
+
+impl Client<'_> {
+    /// Time left until the deadline, at least 1 ms (a zero socket timeout is
+    /// invalid).
+    fn remaining(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    }
+
+    fn service(&self) -> String {
+        format!("the driver's rendezvous service at {}", self.address)
+    }
+
+    /// Connects to the service, retrying until the deadline.
+    fn reach(&self) -> Result<TcpStream> {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let failure =
+                match rendezvous::open(self.address, self.remaining().min(MAX_CONNECT_ATTEMPT)) {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => e,
+                };
+            if Instant::now() >= self.deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "after {:?} trying to reach {} (last error: {failure})",
+                        self.timeout,
+                        self.service()
+                    ),
+                    rank: None,
+                });
+            }
+            debug!(
+                "rank {}: {} not reachable yet: {failure}",
+                self.rank,
+                self.service()
+            );
+            thread::sleep(pause.min(self.remaining()));
+            pause = (pause * 2).min(MAX_RETRY_PAUSE);
+        }
+    }
+
+    /// The client's side of the handshake, the request, and the reply.
+    fn register(&self, stream: &TcpStream, entry: &str) -> Result<Vec<String>> {
+        let handshake = |e: io::Error| self.io_error(e, Phase::Handshake);
+        prepare(stream, self.remaining()).map_err(|e| {
+            Error::io(
+                format!("configuring the connection to {}", self.service()),
+                e,
+            )
+        })?;
+        let mut stream = stream;
+
+        // Both fit in u32: `validate` checked the size.
+        let ours = Hello::of_kind(
+            KIND_SERVICE_CLIENT,
+            self.rank as u32,
+            self.size as u32,
+            auth::nonce()?,
+        )
+        .encode();
+        stream.write_all(&ours).map_err(handshake)?;
+
+        let mut theirs = [0u8; HELLO_LEN];
+        stream
+            .read_exact(&mut theirs[..PREFIX_LEN])
+            .map_err(handshake)?;
+        let mut prefix = [0u8; PREFIX_LEN];
+        prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
+        wire::check_prefix(&prefix).map_err(|e| version_mismatch(self.service(), e))?;
+        stream
+            .read_exact(&mut theirs[PREFIX_LEN..])
+            .map_err(handshake)?;
+        let hello = Hello::decode(&theirs).map_err(|e| version_mismatch(self.service(), e))?;
+        if hello.kind != KIND_SERVICE {
+            return Err(kind_mismatch(self.service(), hello.kind, KIND_SERVICE));
+        }
+        let mut their_proof = [0u8; TAG_LEN];
+        stream.read_exact(&mut their_proof).map_err(handshake)?;
+        let transcript = [ours, theirs].concat();
+        if !self
+            .secret
+            .verify(Role::Acceptor, &transcript, &their_proof)
+        {
+            return Err(Error::AuthFailed {
+                detail: format!(
+                    "{} could not prove it knows the job secret (were the driver and the ranks given different secrets?)",
+                    self.service()
+                ),
+            });
+        }
+        let mut message = self.secret.prove(Role::Connector, &transcript).to_vec();
+        message.extend_from_slice(&encode_request(self.attempt, entry));
+        stream.write_all(&message).map_err(handshake)?;
+
+        stream
+            .set_read_timeout(Some(self.remaining()))
+            .map_err(|e| self.io_error(e, Phase::Waiting))?;
+        let payload = read_frame(&mut stream, max_reply_len(self.size))
+            .map_err(|e| self.io_error(e, Phase::Waiting))?;
+        match decode_reply(&payload, self.size) {
+            Ok(Reply::Entries(entries)) => Ok(entries),
+            Ok(Reply::Refused(message)) => Err(Error::InvalidArgument(format!(
+                "{} refused the registration of rank {}: {message}",
+                self.service(),
+                self.rank
+            ))),
+            Ok(Reply::Superseded(message)) => Err(Error::ServiceLost {
+                address: self.address.to_string(),
+                context: format!("while waiting for the other ranks to register: {message}"),
+            }),
+            Err(detail) => Err(Error::VersionMismatch {
+                peer: self.service(),
+                detail: format!("malformed reply: {detail}"),
+            }),
+        }
+    }
+
+    /// Maps an I/O error on the connection to the service.
+    fn io_error(&self, err: io::Error, phase: Phase) -> Error {
+        let during = match phase {
+            Phase::Handshake => "during the handshake",
+            Phase::Waiting => "while waiting for the other ranks to register",
+        };
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout {
+                what: match phase {
+                    Phase::Handshake => format!(
+                        "after {:?} waiting for {} to answer the handshake",
+                        self.timeout,
+                        self.service()
+                    ),
+                    Phase::Waiting => format!(
+                        "after {:?} waiting for {}: not every rank registered for stage attempt {}",
+                        self.timeout,
+                        self.service(),
+                        self.attempt
+                    ),
+                },
+                rank: None,
+            },
+            io::ErrorKind::UnexpectedEof => Error::ServiceLost {
+                address: self.address.to_string(),
+                context: format!(
+                    "{during}: the service closed the connection (did the driver stop the job?)"
+                ),
+            },
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::NotConnected => Error::ServiceLost {
+                address: self.address.to_string(),
+                context: format!("{during}: {err}"),
+            },
+            io::ErrorKind::InvalidData => Error::VersionMismatch {
+                peer: self.service(),
+                detail: format!("malformed reply: {err}"),
+            },
+            _ => Error::io(format!("{during} with {}", self.service()), err),
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The driver's side: the service that gathers the ranks' entries.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use log::{debug, warn};
+
+use crate::auth::{self, Role, Secret, TAG_LEN};
+use crate::error::{Error, Result};
+use crate::rendezvous::{self, ACCEPT_POLL};
+use crate::wire::{
+    self, Hello, PrefixError, HELLO_LEN, KIND_SERVICE, KIND_SERVICE_CLIENT, PREFIX_LEN,
+};
+
+use super::frames::*;
+
+/// Timeout of each read and write of the service on a connection: a client
+/// silent for this long during the handshake, or not reading its reply, is
+/// dropped.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The driver's rendezvous service for a job of `size` ranks.
+///
+/// Accepts connections on a background thread and serves each on its own
+/// thread until dropped. Dropping it stops accepting and closes every open
+/// connection, so ranks still waiting fail with [`Error::ServiceLost`].
+pub struct RendezvousService {
+    shared: Arc<Shared>,
+    port: u16,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl RendezvousService {
+    /// Starts the service for a job of `size` ranks authenticated with
+    /// `secret`, listening on `bind_addr`, e.g. "0.0.0.0:0" (any interface, a
+    /// free port).
+    ///
+    /// # Errors
+    /// * `InvalidArgument`: empty secret, zero or too many ranks, unusable
+    ///   bind address.
+    /// * `Io`: the port cannot be bound, or the accept thread not spawned.
+    pub fn start(bind_addr: &str, secret: &[u8], size: usize) -> Result<RendezvousService> {
+        let secret = Secret::new(secret)?;
+        if size == 0 {
+            return Err(Error::InvalidArgument("the job size is zero".into()));
+        }
+        if u32::try_from(size).is_err() {
+            return Err(Error::InvalidArgument(format!("{size} ranks are too many")));
+        }
+        let (listener, port) = rendezvous::bind(bind_addr, "the rendezvous service")?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("making the rendezvous service's listener non-blocking", e))?;
+        let shared = Arc::new(Shared {
+            size,
+            secret,
+            stopping: AtomicBool::new(false),
+            state: Mutex::new(State {
+                stopped: false,
+                next_id: 0,
+                open: HashMap::new(),
+                rounds: Rounds::new(size),
+                ready: HashMap::new(),
+            }),
+            changed: Condvar::new(),
+        });
+        let accept = thread::Builder::new()
+            .name("hvd-rdzv-accept".into())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || accept_loop(&listener, &shared)
+            })
+            .map_err(|e| Error::io("spawning the rendezvous service's accept thread", e))?;
+        debug!("rendezvous service for {size} ranks listening on {bind_addr}, port {port}");
+        Ok(RendezvousService {
+            shared,
+            port,
+            accept: Some(accept),
+        })
+    }
+
+    /// The port the service listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for RendezvousService {
+    /// Stops accepting and shuts every open connection down. Waits only for
+    /// the accept thread, which notices within one poll interval; connection
+    /// threads end on their own once their sockets are shut down.
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        {
+            let mut state = self.shared.lock();
+            state.stopped = true;
+            for (attempt, missing) in state.rounds.missing() {
+                warn!(
+                    "rendezvous service on port {}: stopped before rank(s) {missing:?} of stage attempt {attempt} registered",
+                    self.port
+                );
+            }
+            for stream in state.open.values() {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+        }
+        self.shared.changed.notify_all();
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+        debug!("rendezvous service on port {} stopped", self.port);
+    }
+}
+
+impl std::fmt::Debug for RendezvousService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RendezvousService")
+            .field("port", &self.port)
+            .field("size", &self.shared.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the accept thread and the connection threads share.
+struct Shared {
+    size: usize,
+    secret: Secret,
+    /// Set when the service is dropped; polled by the accept thread.
+    stopping: AtomicBool,
+    state: Mutex<State>,
+    /// Signalled when replies are ready or the service stops.
+    changed: Condvar,
+}
+
+struct State {
+    /// Set, under this lock, when the service is dropped: no connection is
+    /// tracked or registered afterwards.
+    stopped: bool,
+    next_id: u64,
+    /// A clone of every open connection by id, shut down when the service
+    /// stops.
+    open: HashMap<u64, TcpStream>,
+    rounds: Rounds,
+    /// Encoded replies for the connections whose wait is over, by id.
+    ready: HashMap<u64, Arc<Vec<u8>>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records `registration`, made on connection `id`, and waits for the
+    /// reply to send on it; None if the service stopped first.
+    fn register_and_wait(&self, id: u64, registration: Registration) -> Option<Arc<Vec<u8>>> {
+        let mut state = self.lock();
+        if state.stopped {
+            return None;
+        }
+        let Registration {
+            attempt,
+            rank,
+            entry,
+        } = registration;
+        let replies = state.rounds.register(id, attempt, rank, entry);
+        if !replies.is_empty() {
+            state.ready.extend(replies);
+            self.changed.notify_all();
+        }
+        loop {
+            if let Some(reply) = state.ready.remove(&id) {
+                return Some(reply);
+            }
+            if state.stopped {
+                return None;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    while !shared.stopping.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, from)) => spawn_connection(stream, from, shared),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
+            Err(e) => {
+                // E.g. out of descriptors or a connection reset before
+                // accept: not fatal, genuine ranks can still come.
+                warn!("rendezvous service: accept failed: {e}");
+                thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+/// Tracks `stream` and serves it on a thread of its own.
+fn spawn_connection(stream: TcpStream, from: SocketAddr, shared: &Arc<Shared>) {
+    debug!("rendezvous service: connection from {from}");
+    // Without a clone the connection could not be shut down when the service
+    // stops: drop such a connection.
+    let clone = match stream.try_clone() {
+        Ok(clone) => clone,
+        Err(e) => {
+            warn!("rendezvous service: dropping connection from {from}: {e}");
+            return;
+        }
+    };
+    let id = {
+        let mut state = shared.lock();
+        if state.stopped {
+            return;
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        state.open.insert(id, clone);
+        id
+    };
+    let spawned = thread::Builder::new().name("hvd-rdzv-conn".into()).spawn({
+        let shared = Arc::clone(shared);
+        move || {
+            serve(&shared, id, stream, from);
+            shared.lock().open.remove(&id);
+        }
+    });
+    if let Err(e) = spawned {
+        warn!("rendezvous service: dropping connection from {from}: {e}");
+        shared.lock().open.remove(&id);
+    }
+}
+
+/// Serves one connection: handshake, registration, reply.
+fn serve(shared: &Shared, id: u64, stream: TcpStream, from: SocketAddr) {
+    let registration = match admit(&stream, shared) {
+        Ok(registration) => registration,
+        Err(reason) => {
+            warn!("rendezvous service: rejected connection from {from}: {reason}");
+            return;
+        }
+    };
+    let (rank, attempt) = (registration.rank, registration.attempt);
+    debug!("rendezvous service: rank {rank} of stage attempt {attempt} registered from {from}");
+    let Some(reply) = shared.register_and_wait(id, registration) else {
+        return;
+    };
+    if let Err(e) = (&stream).write_all(&reply) {
+        warn!("rendezvous service: cannot answer rank {rank} of stage attempt {attempt} at {from}: {e}");
+    }
+}
+
+/// An authenticated rank's registration.
+#[derive(Debug)]
+struct Registration {
+    attempt: u32,
+    rank: usize,
+    entry: String,
+}
+
+/// The service's side of the handshake, then the register request. Errors
+/// are the reason to drop the connection, for the log.
+fn admit(stream: &TcpStream, shared: &Shared) -> std::result::Result<Registration, String> {
+    let io = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            format!("nothing received for {CONNECTION_TIMEOUT:?}")
+        }
+        io::ErrorKind::UnexpectedEof => "closed before registering".to_string(),
+        _ => format!("handshake failed: {e}"),
+    };
+    prepare(stream, CONNECTION_TIMEOUT).map_err(io)?;
+    let mut stream = stream;
+
+    let mut theirs = [0u8; HELLO_LEN];
+    stream.read_exact(&mut theirs[..PREFIX_LEN]).map_err(io)?;
+    let mut prefix = [0u8; PREFIX_LEN];
+    prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
+    // The size fits in u32: `start` checked it.
+    let nonce = auth::nonce().map_err(|e| e.to_string())?;
+    let ours = Hello::of_kind(KIND_SERVICE, 0, shared.size as u32, nonce).encode();
+    match wire::check_prefix(&prefix) {
+        Ok(()) => {}
+        Err(PrefixError::BadMagic) => return Err("not a horovod-rs hello".into()),
+        Err(PrefixError::Version(version)) => {
+            // Answer with our hello so the peer can name the mismatch.
+            let _ = stream.write_all(&ours);
+            return Err(format!(
+                "it speaks protocol version {version}, this library speaks {}",
+                wire::PROTOCOL_VERSION
+            ));
+        }
+    }
+    stream.read_exact(&mut theirs[PREFIX_LEN..]).map_err(io)?;
+    let hello = Hello::decode(&theirs).map_err(|_| "malformed hello".to_string())?;
+    if hello.kind != KIND_SERVICE_CLIENT {
+        let _ = stream.write_all(&ours);
+        return Err(format!(
+            "it is {}, not {}",
+            wire::kind_name(hello.kind),
+            wire::kind_name(KIND_SERVICE_CLIENT)
+        ));
+    }
+    let transcript = [theirs, ours].concat();
+    let mut reply = Vec::with_capacity(HELLO_LEN + TAG_LEN);
+    reply.extend_from_slice(&ours);
+    reply.extend_from_slice(&shared.secret.prove(Role::Acceptor, &transcript));
+    stream.write_all(&reply).map_err(io)?;
+
+    let mut their_proof = [0u8; TAG_LEN];
+    stream
+        .read_exact(&mut their_proof)
+        .map_err(|e| match e.kind() {
+            // A genuine rank closes here when our proof fails with its secret.
+            io::ErrorKind::UnexpectedEof => "it closed the connection instead of proving it \
+                knows the job secret (a rank given a different secret does this)"
+                .to_string(),
+            _ => io(e),
+        })?;
+    if !shared
+        .secret
+        .verify(Role::Connector, &transcript, &their_proof)
+    {
+        return Err("it could not prove it knows the job secret".into());
+    }
+
+    // Authenticated: a registration the service cannot take is answered.
+    let payload = read_frame(&mut stream, MAX_REQUEST_LEN).map_err(io)?;
+    let refusal = match decode_request(&payload) {
+        Ok(_) if hello.size as usize != shared.size => format!(
+            "rank {} was given {} ranks, the service's job has {}",
+            hello.rank, hello.size, shared.size
+        ),
+        Ok(_) if hello.rank as usize >= shared.size => format!(
+            "rank {} is out of range for the service's job of {} ranks",
+            hello.rank, shared.size
+        ),
+        Ok((attempt, entry)) => {
+            return Ok(Registration {
+                attempt,
+                rank: hello.rank as usize,
+                entry,
+            })
+        }
+        Err(detail) => detail,
+    };
+    let _ = stream.write_all(&encode_message(REFUSED, &refusal));
+    Err(format!("refused rank {}: {refusal}", hello.rank))
+}
+
+/// The registrations of the stage attempts still gathering entries.
+pub(super) struct Rounds {
+    size: usize,
+    gathering: HashMap<u32, Round>,
+}
+
+/// One attempt's registrations so far.
+struct Round {
+    /// `slots[rank]`: the connection that registered `rank`, and its entry.
+    slots: Vec<Option<(u64, String)>>,
+    registered: usize,
+}
+
+impl Rounds {
+    pub(super) fn new(size: usize) -> Rounds {
+        Rounds {
+            size,
+            gathering: HashMap::new(),
+        }
+    }
+
+    /// Records `entry` for `rank` (below the size) of `attempt`, registered
+    /// on connection `id`. Returns the connections to answer now, each with
+    /// its encoded reply: a registration this one replaced, and every rank of
+    /// the attempt when this was its last missing rank.
+    pub(super) fn register(
+        &mut self,
+        id: u64,
+        attempt: u32,
+        rank: usize,
+        entry: String,
+    ) -> Vec<(u64, Arc<Vec<u8>>)> {
+        let size = self.size;
+        let round = self.gathering.entry(attempt).or_insert_with(|| Round {
+            slots: vec![None; size],
+            registered: 0,
+        });
+        let mut replies = Vec::new();
+        match round.slots[rank].replace((id, entry)) {
+            Some((replaced, _)) => {
+                let message = format!(
+                    "rank {rank} registered again for stage attempt {attempt}, replacing this registration"
+                );
+                replies.push((replaced, Arc::new(encode_message(SUPERSEDED, &message))));
+            }
+            None => round.registered += 1,
+        }
+        if round.registered < size {
+            return replies;
+        }
+        let Some(round) = self.gathering.remove(&attempt) else {
+            return replies;
+        };
+        let (ids, entries): (Vec<u64>, Vec<String>) = round.slots.into_iter().flatten().unzip();
+        let reply = encode_entries(&entries).unwrap_or_else(|| {
+            encode_message(
+                REFUSED,
+                &format!("the entries of the {size} ranks exceed the 4 GiB a reply can hold"),
+            )
+        });
+        debug!("rendezvous service: every rank of stage attempt {attempt} registered");
+        let reply = Arc::new(reply);
+        replies.extend(ids.into_iter().map(|id| (id, Arc::clone(&reply))));
+        replies
+    }
+
+    /// Each attempt still gathering, with the ranks it misses.
+    pub(super) fn missing(&self) -> Vec<(u32, Vec<usize>)> {
+        let mut missing: Vec<(u32, Vec<usize>)> = self
+            .gathering
+            .iter()
+            .map(|(attempt, round)| {
+                let ranks = (0..self.size)
+                    .filter(|rank| round.slots[*rank].is_none())
+                    .collect();
+                (*attempt, ranks)
+            })
+            .collect();
+        missing.sort_unstable();
+        missing
+    }
+}
