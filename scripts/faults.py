@@ -11,6 +11,11 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   rendezvous port and send nothing (silent), random bytes (garbage), an
                   enormous length prefix (huge-length), or make a real handshake with another
                   secret (wrong-secret); the job must finish untouched
+  spark-driver-killed
+                  a PySpark driver (scripts/fault_spark_driver.py) runs a Run API job of 2
+                  ranks on local-cluster[2,1,1024]; once both ranks are in their collectives
+                  the driver's Python process is killed with SIGKILL; its JVM, the executors,
+                  their Python workers and the ranks' engines must all end (a clean error)
 
 Each trial is classified: finished (every rank finished; the goal for strangers), clean error
 (every surviving rank failed with an error naming rank 1, or naming the mismatch, within 2x the
@@ -36,7 +41,11 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
-         "stranger-wrong-secret")
+         "stranger-wrong-secret", "spark-driver-killed")
+SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
+# A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
+SPARK_START_S = 120
+SPARK_END_S = 60
 # Interpreter start, imports and rendezvous, on top of the timeouts under test.
 STARTUP_S = 30
 SHM_GLOB = "/dev/shm/horovod-rs-*"
@@ -44,6 +53,8 @@ SHM_GLOB = "/dev/shm/horovod-rs-*"
 
 def run_trial(kind, trial, timeout_s):
     """Runs one trial; returns its class (one of the table's columns) and a detail line."""
+    if kind == "spark-driver-killed":
+        return run_spark_driver_killed(timeout_s)
     marker = uuid.uuid4().hex
     result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
     segments_before = set(glob.glob(SHM_GLOB))
@@ -78,6 +89,45 @@ def run_trial(kind, trial, timeout_s):
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
+def run_spark_driver_killed(timeout_s):
+    """The driver of a Spark job killed while its ranks allreduce: nothing of the job may outlive
+    it (SPARK_END_S for Spark's own shutdown, on top of the collective timeout)."""
+    marker = uuid.uuid4().hex
+    result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
+    segments_before = set(glob.glob(SHM_GLOB))
+    env = dict(os.environ, HOROVOD_RS_TIMEOUT_SECONDS=str(timeout_s), FAULT_TRIAL=marker,
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, result_dir], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + SPARK_START_S
+        started = lambda: all(os.path.exists(os.path.join(result_dir, "started-%d" % r)) for r in (0, 1))
+        while not started() and driver.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        if not started():
+            driver.kill()
+            output = driver.communicate()[0].decode(errors="replace")
+            _leftovers(marker, segments_before, 0)
+            return "unexpected", "the ranks did not start within %d s: %s" % (SPARK_START_S, output[-300:])
+        time.sleep(1)  # in the middle of the allreduces
+        # The driver, its JVM, 2 executor JVMs and their Python workers: else the leak check below
+        # would look for processes it cannot see.
+        watched = _processes_with(marker)
+        if len(watched) < 6:
+            driver.kill()
+            driver.communicate()
+            _leftovers(marker, segments_before, 0)
+            return "unexpected", "only %d processes carry the trial's marker" % len(watched)
+        driver.kill()  # SIGKILL of the driver's Python process; its JVM is left to notice
+        driver.communicate()
+        leaked = _leftovers(marker, segments_before, timeout_s + SPARK_END_S)
+        if leaked:
+            return "leaks", "; ".join(leaked)
+        return "clean error", None
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
 def _classify(kind, results, timeout_s):
     survivors = (0, 1) if kind == "mismatch" or kind.startswith("stranger-") else (0,)
     missing = [r for r in survivors if r not in results]
@@ -98,9 +148,9 @@ def _classify(kind, results, timeout_s):
     return "clean error", None
 
 
-def _leftovers(marker, segments_before):
-    """Processes of the trial still alive, and shared-memory segments it left, after a short grace."""
-    deadline = time.time() + 5
+def _leftovers(marker, segments_before, grace_s=5):
+    """Processes of the trial still alive, and shared-memory segments it left, after ``grace_s``."""
+    deadline = time.time() + grace_s
     while True:
         processes = _processes_with(marker)
         segments = sorted(set(glob.glob(SHM_GLOB)) - segments_before)
