@@ -235,3 +235,25 @@ def test_sync_batch_normalization_normalizes_with_every_ranks_batch():
     np.testing.assert_allclose(layer.moving_mean.numpy(), [every.mean()], rtol=1e-5)
     with pytest.raises(ValueError, match="fused=True"):
         hvd.SyncBatchNormalization(fused=True)
+
+
+def test_elastic_run_restores_the_last_commit_and_joins_again_after_a_failed_collective():
+    v = tf.Variable(float(RANK))  # rank 0's value wins at every sync
+    state = hvd.elastic.TensorFlowState(variables=[v], epoch=0)
+    calls = []
+
+    @hvd.elastic.run
+    def train(state):
+        calls.append(len(calls))
+        state.variables[0].assign_add(1.0)
+        state.epoch += 1
+        state.commit()
+        state.variables[0].assign_add(100.0)  # not committed: gone after the failure
+        if len(calls) == 1:
+            hvd.allreduce(tf.ones([RANK + 1]), name="elastic.disagreeing")  # fails on every rank
+        return float(state.variables[0].numpy()), state.epoch
+
+    # Attempt 1 commits 1.0 and fails; attempt 2 starts from it: 1 + 1 + 100, epoch 2.
+    assert train(state) == (102.0, 2)
+    assert calls == [0, 1] and hvd.is_initialized()
+    assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == SIZE

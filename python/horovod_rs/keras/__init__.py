@@ -9,4 +9,5 @@ from horovod_rs.tensorflow.keras import (  # noqa: F401  (names * leaves out)
     DistributedOptimizer,
     Sum,
     callbacks,
+    elastic,
 )

@@ -8,6 +8,7 @@ TensorFlow 1's sessions and hooks are not provided.
 
 import tensorflow as tf
 
+from horovod_rs.tensorflow import elastic  # noqa: F401  (Horovod's API)
 from horovod_rs.tensorflow.compression import Compression
 from horovod_rs.tensorflow.functions import (  # noqa: F401  (Horovod's API)
     allgather_object,

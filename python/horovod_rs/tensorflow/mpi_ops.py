@@ -242,7 +242,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     values = _run("broadcast", _tensors(variables), _names("HorovodBroadcastInplace", variables, name), process_set,
                   [v.shape for v in variables], root=_process_sets.root_position(root_rank, process_set))
     with tf.control_dependencies([v.assign(x) for v, x in zip(variables, values)]):
-        return [v.read_value() for v in variables]
+        return [tf.identity(v) for v in variables]  # (Keras 3's variables have no read_value)
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):

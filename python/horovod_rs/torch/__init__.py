@@ -21,6 +21,7 @@ from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size
 from horovod_rs.torch import adasum as _adasum
 from horovod_rs.torch.compression import Compression  # noqa: F401
 from horovod_rs.torch.optimizer import DistributedOptimizer  # noqa: F401
+from horovod_rs.torch import elastic  # noqa: F401,E402  (Horovod's API)
 
 Average = "average"
 Sum = "sum"

@@ -13,7 +13,7 @@ from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size
 from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
 from horovod_rs.tensorflow.compression import Compression
 from horovod_rs.tensorflow.mpi_ops import Adasum, Average, Sum, start_timeline, stop_timeline  # noqa: F401
-from horovod_rs.tensorflow.keras import callbacks  # noqa: F401
+from horovod_rs.tensorflow.keras import callbacks, elastic  # noqa: F401
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
