@@ -38,7 +38,34 @@ def _variables(optimizer):
     return list(variables() if callable(variables) else variables)
 
 
-class TensorFlowKerasState(ObjectState):
+class _VariablesState(ObjectState):
+    """State of the variables ``tracked()`` returns (saved as copies, synced from rank 0), plus
+    ``kwargs`` as attributes."""
+
+    def __init__(self, tracked, **kwargs):
+        self._tracked = tracked
+        self._save_variables()
+        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+
+    def save(self):
+        self._save_variables()
+        super().save()
+
+    def restore(self):
+        for var, saved in zip(self._tracked(), self._saved):
+            var.assign(saved)
+        super().restore()
+
+    def sync(self):
+        broadcast_variables(self._tracked(), root_rank=0)
+        self._save_variables()
+        super().sync()
+
+    def _save_variables(self):
+        self._saved = [tf.identity(v) for v in self._tracked()]
+
+
+class TensorFlowKerasState(_VariablesState):
     """The state of a Keras model and its optimizer (or the model's compiled one), plus
     ``kwargs`` as attributes (epoch, batch...)."""
 
@@ -48,57 +75,15 @@ class TensorFlowKerasState(ObjectState):
         self.model = model
         self.optimizer = optimizer or model.optimizer
         self.backend = backend
-        self._save_model()
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
-
-    def save(self):
-        self._save_model()
-        super().save()
-
-    def restore(self):
-        self._load_model()
-        super().restore()
-
-    def sync(self):
-        broadcast_variables(self.model.variables, root_rank=0)
-        broadcast_variables(_variables(self.optimizer), root_rank=0)
-        self._save_model()
-        super().sync()
-
-    def _save_model(self):
-        self._saved_model_state = [tf.identity(v) for v in self.model.variables]
-        self._saved_optimizer_state = [tf.identity(v) for v in _variables(self.optimizer)]
-
-    def _load_model(self):
-        for var, saved in zip(self.model.variables, self._saved_model_state):
-            var.assign(saved)
-        for var, saved in zip(_variables(self.optimizer), self._saved_optimizer_state):
-            var.assign(saved)
+        # The optimizer's variables are read each time: Keras creates them at its first step.
+        super().__init__(lambda: list(self.model.variables) + _variables(self.optimizer), **kwargs)
 
 
-class TensorFlowState(ObjectState):
+class TensorFlowState(_VariablesState):
     """The state of a list of ``tf.Variable``s, plus ``kwargs`` as attributes (TF2, eager)."""
 
     def __init__(self, variables=None, session=None, **kwargs):
         if variables is None:
             raise ValueError("TensorFlowState needs its variables (TensorFlow 2 keeps no global list)")
         self.variables = list(variables)
-        self._save_model()
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
-
-    def save(self):
-        self._save_model()
-        super().save()
-
-    def restore(self):
-        for var, value in zip(self.variables, self._values):
-            var.assign(value)
-        super().restore()
-
-    def sync(self):
-        broadcast_variables(self.variables, root_rank=0)
-        self._save_model()
-        super().sync()
-
-    def _save_model(self):
-        self._values = [v.numpy() for v in self.variables]
+        super().__init__(lambda: self.variables, **kwargs)
