@@ -47,3 +47,21 @@ def test_elastic_run_restores_the_last_commit_and_joins_again_after_a_failed_col
     # Attempt 1 commits 1.0 and fails; attempt 2 starts from it: 1 + 1 + 100, epoch 2.
     assert train(state) == (102.0, 2)
     assert calls == [0, 1] and hvd.is_initialized()
+
+
+def test_elastic_run_lets_a_failure_through_after_the_reset_limit(monkeypatch):
+    if hvd.size() < 2:
+        pytest.skip("needs two ranks")
+    monkeypatch.setenv("HOROVOD_RS_ELASTIC_RESET_LIMIT", "1")
+    calls = []
+
+    @hvd.elastic.run
+    def train(state):
+        calls.append(len(calls))
+        hvd.allreduce(torch.ones(hvd.rank() + 1), name="elastic.always.disagreeing")
+
+    with pytest.raises(hvd.HorovodInternalError, match="failed again after 1 resets"):
+        train(hvd.elastic.TorchState(epoch=0))
+    assert calls == [0, 1]
+    hvd.init()  # the last failure stopped the engine; the next tests need a job
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == hvd.size()

@@ -110,6 +110,15 @@ def alltoall_splits(splits, rows, ranks):
     return splits
 
 
+def reducescatter_grad_scale(grad, op, process_set, prescale_factor, postscale_factor):
+    """Horovod's rule for a reducescatter's gradient before it is gathered (any framework's
+    tensor): times the ranks for Sum, times the scale factors."""
+    factor = prescale_factor * postscale_factor
+    if op == "sum":
+        factor *= process_sets.engine(process_set)[0].size()
+    return grad * factor if factor != 1.0 else grad
+
+
 def alltoall(array, splits=None, name=None, process_set=None):
     """Rank r's ``splits[i]`` rows go to rank i. Returns the rows this rank received, by sender, and
     how many each rank sent it."""

@@ -4,11 +4,12 @@ and restored, and ``run_fn``, which runs a training function again after a colle
 horovod-rs has no elastic driver: the ranks never change. What carries over is the recovery of
 a job whose ranks all survive a failed collective (a timeout, a disagreement): the state rolls
 back to its last commit, every rank joins the job anew (``init()`` after the engine stopped), the
-state is synced from rank 0, and the function runs again. Host updates never arrive, so
-``check_host_updates`` never raises.
+state is synced from rank 0, and the function runs again (a bounded number of times:
+``reset_limit``). Host updates never arrive, so ``check_host_updates`` never raises.
 """
 
 import functools
+import os
 
 from horovod_rs.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
@@ -76,24 +77,36 @@ class ObjectState(State):
             setattr(self, attr, value)
 
 
+def reset_limit():
+    """How many times ``run`` joins the job again before it lets a failure through:
+    ``HOROVOD_RS_ELASTIC_RESET_LIMIT`` (3). Without an elastic driver nothing changes between
+    attempts, so a failure that is not transient would otherwise repeat forever."""
+    return int(os.environ.get("HOROVOD_RS_ELASTIC_RESET_LIMIT", "3"))
+
+
 def run_fn(func, reset):
     """``func(state, ...)`` after syncing ``state``; when a collective fails
     (``HorovodInternalError``) the state is restored to its last commit, ``reset()`` joins the
-    job again, and it runs again."""
+    job again, and it runs again, at most ``reset_limit()`` times."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         skip_sync = False
+        resets = 0
         while True:
             try:
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
-            except HorovodInternalError:
+            except HorovodInternalError as e:
                 state.restore()
                 skip_sync = False
+                if resets >= reset_limit():
+                    raise HorovodInternalError("a collective failed again after %d resets "
+                                               "(HOROVOD_RS_ELASTIC_RESET_LIMIT): %s" % (resets, e)) from e
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
+            resets += 1
             reset()
             state.on_reset()
 

@@ -13,6 +13,7 @@ roots) or a rank failed, ``InvalidArgumentError`` for an argument this rank can 
 wrong, ``DeadlineExceededError`` past the collective timeout.
 """
 
+import contextlib
 import re
 import weakref
 
@@ -75,18 +76,24 @@ def _names(prefix, tensors, name):
     return [name] if len(tensors) == 1 else ["%s.%d" % (name, i) for i in range(len(tensors))]
 
 
-def _exchange(kind, values, names, process_set, options):
-    """Submits collective ``kind`` of every numpy array in ``values``, then waits for all; the
-    engine's errors as TensorFlow's."""
+@contextlib.contextmanager
+def _tf_errors(kind):
+    """The engine's errors in collective ``kind`` as TensorFlow's, as Horovod's ops raise them."""
     try:
-        submitted = [arrays.submit(kind, v, n, process_set, **options) for v, n in zip(values, names)]
-        return [s.wait() for s in submitted]
+        yield
     except TimeoutError as e:
         raise tf.errors.DeadlineExceededError(None, None, "%s: %s" % (kind, e)) from e
     except ValueError as e:
         raise tf.errors.InvalidArgumentError(None, None, "%s: %s" % (kind, e)) from e
     except RuntimeError as e:  # HorovodInternalError included
         raise tf.errors.FailedPreconditionError(None, None, "%s: %s" % (kind, e)) from e
+
+
+def _exchange(kind, values, names, process_set, options):
+    """Submits collective ``kind`` of every numpy array in ``values``, then waits for all."""
+    with _tf_errors(kind):
+        submitted = [arrays.submit(kind, v, n, process_set, **options) for v, n in zip(values, names)]
+        return [s.wait() for s in submitted]
 
 
 # The last collective added to each graph (see _in_order).
@@ -179,16 +186,11 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
                               process_set)[0]
 
 
-def _position(process_set):
-    """This rank's position in ``process_set`` (its rank in the job for the global set)."""
-    return rank() if process_set is None or process_set.process_set_id == 0 else process_set.rank()
-
-
 def _my_rows(grads, inputs, process_set):
     """This rank's rows of each of an allgather's gradients: the gradients of its inputs."""
     counts = grouped_allgather([tf.reshape(tf.shape(x)[0], [1]) for x in inputs], process_set=process_set)
-    ranks = _process_sets.engine(process_set)[0].size()  # tf.split needs the count of pieces
-    return [tf.split(g, tf.reshape(c, [ranks]), axis=0)[_position(process_set)] for g, c in zip(grads, counts)]
+    engine = _process_sets.engine(process_set)[0]  # this rank's position and the count of pieces
+    return [tf.split(g, tf.reshape(c, [engine.size()]), axis=0)[engine.rank()] for g, c in zip(grads, counts)]
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -254,15 +256,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     split_values = tf.constant([], dtype=tf.int32) if splits is None else tf.convert_to_tensor(splits)
 
     def exchange(x, s):
-        given = s.numpy() if s.shape[0] else None
-        try:
-            return arrays.alltoall(x.numpy(), given, name, process_set)
-        except ValueError as e:
-            raise tf.errors.InvalidArgumentError(None, None, "alltoall: %s" % e) from e
-        except TimeoutError as e:
-            raise tf.errors.DeadlineExceededError(None, None, "alltoall: %s" % e) from e
-        except RuntimeError as e:
-            raise tf.errors.FailedPreconditionError(None, None, "alltoall: %s" % e) from e
+        with _tf_errors("alltoall"):
+            return arrays.alltoall(x.numpy(), s.numpy() if s.shape[0] else None, name, process_set)
 
     @tf.custom_gradient
     def differentiable(x):
@@ -277,7 +272,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
             back, _ = alltoall(drows, splits=received, process_set=process_set)
             return back
 
-        return (rows, tf.cast(received, tf.int32)), grad
+        return (rows, received), grad
 
     rows, received = differentiable(tensor)
     return (rows, received) if splits is not None else rows
@@ -295,15 +290,6 @@ def _scaled(tensor, factor):
     return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
 
 
-def _reducescatter_grad_factor(op, process_set, prescale_factor, postscale_factor):
-    """Horovod's rule for a reducescatter's gradient before it is gathered: times the ranks for
-    Sum, times the scale factors."""
-    factor = prescale_factor * postscale_factor
-    if op == Sum:
-        factor *= _process_sets.engine(process_set)[0].size()
-    return factor
-
-
 def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
                            prescale_factor=1.0, postscale_factor=1.0):
     """Each tensor reduced over the ranks, this rank keeping its share of the first dimension;
@@ -317,7 +303,6 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
         raise ValueError("reducescatter splits the first dimension: it needs tensors of at least one dimension, "
                          "not a scalar")
     names = _names("HorovodGroupedReducescatter" if len(tensors) > 1 else "HorovodReducescatter", tensors, name)
-    factor = _reducescatter_grad_factor(op, process_set, prescale_factor, postscale_factor)
 
     @tf.custom_gradient
     def reducescatter(*xs):
@@ -326,7 +311,8 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
         ys = [_scaled(y, postscale_factor) for y in ys]
 
         def grad(*dys):
-            return [allgather(d * factor if factor != 1.0 else d, process_set=process_set) for d in dys]
+            return [allgather(arrays.reducescatter_grad_scale(d, op, process_set, prescale_factor, postscale_factor),
+                              process_set=process_set) for d in dys]
 
         return ys, grad
 
@@ -349,15 +335,14 @@ def join():
 
 
 def _join():
-    try:
+    with _tf_errors("join"):
         return arrays.join()
-    except RuntimeError as e:
-        raise tf.errors.FailedPreconditionError(None, None, "join: %s" % e) from e
 
 
 def barrier(process_set=global_process_set):
     """Waits until every rank (of ``process_set``) reaches it."""
-    arrays.submit("barrier", np.zeros(0, dtype=np.uint8), None, process_set).wait()
+    with _tf_errors("barrier"):
+        arrays.submit("barrier", np.zeros(0, dtype=np.uint8), None, process_set).wait()
 
 
 def _process_set(process_set_id):

@@ -474,17 +474,8 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allgather(_reducescatter_grad_scale(grad_output, *ctx.options), process_set=ctx.options[1])
+        grad = allgather(arrays.reducescatter_grad_scale(grad_output, *ctx.options), process_set=ctx.options[1])
         return (grad,) + (None,) * 5
-
-
-def _reducescatter_grad_scale(grad, op, process_set, prescale_factor, postscale_factor):
-    """Horovod's rule for a reducescatter's gradient, before it is gathered: times the ranks for
-    Sum, times the scale factors."""
-    factor = prescale_factor * postscale_factor
-    if op == Sum:
-        factor *= _process_sets.engine(process_set)[0].size()
-    return grad * factor if factor != 1.0 else grad
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None,
@@ -510,7 +501,7 @@ class _GroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        scaled = [_reducescatter_grad_scale(g, *ctx.options) for g in grad_outputs]
+        scaled = [arrays.reducescatter_grad_scale(g, *ctx.options) for g in grad_outputs]
         return (None,) * 5 + tuple(grouped_allgather(scaled, process_set=ctx.options[1]))
 
 
