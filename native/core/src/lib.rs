@@ -12,9 +12,10 @@
 //! through shared memory when every rank is on one host.
 //!
 //! Modules, one job each: `error` (what can fail), `auth` (HMAC
-//! challenge–response), `wire` (hello and header layouts),
-//! `rendezvous_service` (the driver's service gathering the ranks'
-//! addresses), `rendezvous` (listener, connect, handshakes), `link` (one
+//! challenge–response), `wire` (hello and header layouts), `handshake` (the
+//! authenticated exchange opening every connection), `rendezvous_service`
+//! (the driver's service gathering the ranks' addresses), `rendezvous`
+//! (listener, connect, the mesh), `link` (one
 //! connection and its error mapping), `communicator` (a rank's end of the
 //! mesh: allreduce and barrier), `tcp` (allreduce over TCP: direct, owners
 //! and pipelined ring), `shm` (allreduce and barrier through shared memory),
@@ -32,6 +33,7 @@ mod communicator;
 mod dtype;
 pub mod engine;
 mod error;
+mod handshake;
 mod hierarchy;
 mod link;
 pub mod logging;

@@ -7,16 +7,11 @@
 //! higher ranks; as the lowest rank only accepts, no cycle of waiting ranks
 //! can form.
 //!
-//! Handshake, on each connection (connector C, acceptor A):
-//! 1. C → A: C's hello (magic, protocol version, byte order, rank, size, nonce)
-//! 2. A → C: A's hello, A's proof
-//! 3. C → A: C's proof (only after C verified A's)
-//! 4. A → C: ACK (only after A verified C's)
-//!
-//! Proofs are HMAC-SHA256 of both hellos over the job secret ([`crate::auth`]).
-//! Each side checks the kind byte of the other's hello before anything else,
-//! so a rank dialling the driver's rendezvous service, or the service's
-//! client dialling a rank, is named as such.
+//! Each connection is authenticated by the handshake of [`crate::handshake`]
+//! between two ranks of the mesh (kind byte "rank"), so a rank dialling the
+//! driver's rendezvous service, or the service's client dialling a rank, is
+//! named as such. Its step 4 is the acceptor's ACK. An authenticated peer is
+//! then checked against this rank's job: byte order, job size, rank.
 //!
 //! Invariant: the acceptor handles every incoming connection on its own
 //! thread and only ends rendezvous early for an *authenticated* peer that
@@ -35,14 +30,15 @@ use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
-use crate::auth::{self, Role, Secret, TAG_LEN};
+use crate::auth::{self, Secret};
 use crate::communicator::{CommConfig, Communicator};
 use crate::error::{Error, FirstError, Result};
+use crate::handshake::{self, Dialled};
 use crate::hierarchy::{host, Hierarchy};
 use crate::link::{io_error, Link};
 use crate::shm;
 use crate::spin;
-use crate::wire::{self, Hello, PrefixError, ACK, HELLO_LEN, KIND_RANK, NATIVE_ENDIAN, PREFIX_LEN};
+use crate::wire::{self, Hello, ACK, KIND_RANK, NATIVE_ENDIAN};
 
 /// Pause between polls of the non-blocking listener.
 pub(crate) const ACCEPT_POLL: Duration = Duration::from_millis(5);
@@ -277,9 +273,13 @@ impl Job {
         stream.set_write_timeout(Some(self.remaining()))
     }
 
-    fn hello(&self) -> Result<[u8; HELLO_LEN]> {
+    fn hello(&self) -> Result<Hello> {
         // Both fit in u32: `validate` checked the size.
-        Ok(Hello::new(self.rank as u32, self.size as u32, auth::nonce()?).encode())
+        Ok(Hello::new(
+            self.rank as u32,
+            self.size as u32,
+            auth::nonce()?,
+        ))
     }
 
     /// Checks an authenticated peer's hello against this job. `expected` is
@@ -450,42 +450,19 @@ pub(crate) fn open(address: &str, timeout: Duration) -> io::Result<TcpStream> {
 fn connect_handshake(stream: &TcpStream, peer: usize, address: &str, job: &Job) -> Result<()> {
     const DURING: &str = "the rendezvous handshake";
     let io = |e: io::Error| io_error(e, peer, DURING, job.connect_timeout);
-    let who = || format!("rank {peer} at {address}");
+    let dialled = Dialled {
+        name: format!("rank {peer} at {address}"),
+        kind: KIND_RANK,
+        secret_holders: "the ranks",
+    };
     job.prepare(stream)
-        .map_err(|e| Error::io(format!("configuring the connection to {}", who()), e))?;
+        .map_err(|e| Error::io(format!("configuring the connection to {}", dialled.name), e))?;
     let mut stream = stream;
 
-    let ours = job.hello()?;
-    stream.write_all(&ours).map_err(io)?;
-
-    let mut theirs = [0u8; HELLO_LEN];
-    stream.read_exact(&mut theirs[..PREFIX_LEN]).map_err(io)?;
-    let mut prefix = [0u8; PREFIX_LEN];
-    prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
-    wire::check_prefix(&prefix).map_err(|e| version_mismatch(who(), e))?;
-    stream.read_exact(&mut theirs[PREFIX_LEN..]).map_err(io)?;
-    let hello = Hello::decode(&theirs).map_err(|e| version_mismatch(who(), e))?;
-    if hello.kind != KIND_RANK {
-        return Err(kind_mismatch(who(), hello.kind, KIND_RANK));
-    }
-    let mut their_proof = [0u8; TAG_LEN];
-    stream.read_exact(&mut their_proof).map_err(io)?;
-
-    let transcript = [ours, theirs].concat();
-    if !job.secret.verify(Role::Acceptor, &transcript, &their_proof) {
-        return Err(Error::AuthFailed {
-            detail: format!(
-                "{} could not prove it knows the job secret (were the ranks given different secrets?)",
-                who()
-            ),
-        });
-    }
-    stream
-        .write_all(&job.secret.prove(Role::Connector, &transcript))
-        .map_err(io)?;
-
+    let hello = handshake::connect(stream, &job.secret, &job.hello()?, &dialled, io)?;
     job.check_peer(&hello, Some(peer))?;
 
+    // Step 4: the acceptor admits this rank.
     let mut ack = [0u8; 1];
     stream.read_exact(&mut ack).map_err(|e| match e.kind() {
         io::ErrorKind::UnexpectedEof => Error::PeerLost {
@@ -498,36 +475,11 @@ fn connect_handshake(stream: &TcpStream, peer: usize, address: &str, job: &Job) 
     })?;
     if ack[0] != ACK {
         return Err(Error::VersionMismatch {
-            peer: who(),
+            peer: dialled.name,
             detail: format!("it ended the handshake with byte {:#04x}", ack[0]),
         });
     }
     Ok(())
-}
-
-pub(crate) fn version_mismatch(peer: String, error: PrefixError) -> Error {
-    let detail = match error {
-        PrefixError::BadMagic => {
-            "it did not answer with a horovod-rs hello (is the address right?)".to_string()
-        }
-        PrefixError::Version(theirs) => format!(
-            "it speaks protocol version {theirs}, this library speaks {}",
-            wire::PROTOCOL_VERSION
-        ),
-    };
-    Error::VersionMismatch { peer, detail }
-}
-
-/// The error for a peer whose hello says it is of kind `theirs`, not `expected`.
-pub(crate) fn kind_mismatch(peer: String, theirs: u8, expected: u8) -> Error {
-    Error::VersionMismatch {
-        peer,
-        detail: format!(
-            "it is {}, not {} (is the address right?)",
-            wire::kind_name(theirs),
-            wire::kind_name(expected)
-        ),
-    }
 }
 
 // ----------------------------------------------------------------- accepting
@@ -679,79 +631,30 @@ fn try_accept(
     job: &Job,
 ) -> std::result::Result<usize, Verdict> {
     let reject = |what: String| Verdict::Rejected(format!("connection from {from}: {what}"));
-    let io = |e: io::Error| {
-        reject(match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                "no complete handshake before the deadline".to_string()
-            }
-            io::ErrorKind::UnexpectedEof => "closed during the handshake".to_string(),
-            _ => format!("handshake failed: {e}"),
-        })
+    let io = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            "no complete handshake before the deadline".to_string()
+        }
+        io::ErrorKind::UnexpectedEof => "closed during the handshake".to_string(),
+        _ => format!("handshake failed: {e}"),
     };
-    job.prepare(stream).map_err(io)?;
+    job.prepare(stream).map_err(|e| reject(io(e)))?;
     let mut stream = stream;
 
-    let mut theirs = [0u8; HELLO_LEN];
-    stream.read_exact(&mut theirs[..PREFIX_LEN]).map_err(io)?;
-    let mut prefix = [0u8; PREFIX_LEN];
-    prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
     let ours = job.hello().map_err(Verdict::Fatal)?;
-    match wire::check_prefix(&prefix) {
-        Ok(()) => {}
-        Err(PrefixError::BadMagic) => return Err(reject("not a horovod-rs hello".into())),
-        Err(PrefixError::Version(version)) => {
-            // Answer with our hello so the peer can name the mismatch.
-            let _ = stream.write_all(&ours);
-            return Err(reject(format!(
-                "it speaks protocol version {version}, this library speaks {}",
-                wire::PROTOCOL_VERSION
-            )));
-        }
-    }
-    stream.read_exact(&mut theirs[PREFIX_LEN..]).map_err(io)?;
-    let hello = Hello::decode(&theirs).map_err(|_| reject("malformed hello".into()))?;
-    if hello.kind != KIND_RANK {
-        // Answer with our hello so the peer can name the mismatch.
-        let _ = stream.write_all(&ours);
-        return Err(reject(format!(
-            "it is {}, not {}",
-            wire::kind_name(hello.kind),
-            wire::kind_name(KIND_RANK)
-        )));
-    }
-    let transcript = [theirs, ours].concat();
-    let mut reply = Vec::with_capacity(HELLO_LEN + TAG_LEN);
-    reply.extend_from_slice(&ours);
-    reply.extend_from_slice(&job.secret.prove(Role::Acceptor, &transcript));
-    stream.write_all(&reply).map_err(io)?;
-
-    let mut their_proof = [0u8; TAG_LEN];
-    stream
-        .read_exact(&mut their_proof)
-        .map_err(|e| match e.kind() {
-            // A genuine rank closes here when our proof fails with its secret.
-            io::ErrorKind::UnexpectedEof => reject(
-                "it closed the connection instead of proving it knows the job secret \
-             (a rank given a different secret does this)"
-                    .into(),
-            ),
-            _ => io(e),
-        })?;
-    if !job
-        .secret
-        .verify(Role::Connector, &transcript, &their_proof)
-    {
-        return Err(reject("it could not prove it knows the job secret".into()));
-    }
+    let hello = handshake::accept(stream, &job.secret, &ours, KIND_RANK, io).map_err(reject)?;
     let peer = job.check_peer(&hello, None).map_err(Verdict::Fatal)?;
-    stream.write_all(&[ACK]).map_err(io)?;
+    // Step 4: admit the rank.
+    stream.write_all(&[ACK]).map_err(|e| reject(io(e)))?;
     Ok(peer)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::TAG_LEN;
     use crate::reduce::ReduceOp;
+    use crate::wire::{HELLO_LEN, PREFIX_LEN};
 
     fn config(connect_ms: u64) -> CommConfig {
         CommConfig {

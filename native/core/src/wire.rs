@@ -369,7 +369,7 @@ mod tests {
 #[cfg(test)]
 mod fuzz {
     use super::*;
-    use crate::rendezvous::version_mismatch;
+    use crate::handshake::version_mismatch;
     use proptest::array::uniform;
     use proptest::prelude::*;
 

@@ -1,16 +1,17 @@
 //! A rank's side: registering its entry and receiving everyone's.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use log::debug;
 
-use crate::auth::{self, Role, Secret, TAG_LEN};
+use crate::auth::{self, Secret};
 use crate::error::{Error, Result};
-use crate::rendezvous::{self, kind_mismatch, version_mismatch, MAX_CONNECT_ATTEMPT, MAX_TIMEOUT};
-use crate::wire::{self, Hello, HELLO_LEN, KIND_SERVICE, KIND_SERVICE_CLIENT, PREFIX_LEN};
+use crate::handshake::{self, Dialled};
+use crate::rendezvous::{self, MAX_CONNECT_ATTEMPT, MAX_TIMEOUT};
+use crate::wire::{Hello, KIND_SERVICE, KIND_SERVICE_CLIENT};
 
 use super::frames::*;
 
@@ -169,49 +170,23 @@ impl Client<'_> {
                 e,
             )
         })?;
-        let mut stream = stream;
-
         // Both fit in u32: `validate` checked the size.
         let ours = Hello::of_kind(
             KIND_SERVICE_CLIENT,
             self.rank as u32,
             self.size as u32,
             auth::nonce()?,
-        )
-        .encode();
-        stream.write_all(&ours).map_err(handshake)?;
-
-        let mut theirs = [0u8; HELLO_LEN];
+        );
+        let dialled = Dialled {
+            name: self.service(),
+            kind: KIND_SERVICE,
+            secret_holders: "the driver and the ranks",
+        };
+        handshake::connect(stream, &self.secret, &ours, &dialled, handshake)?;
+        let mut stream = stream;
         stream
-            .read_exact(&mut theirs[..PREFIX_LEN])
+            .write_all(&encode_request(self.attempt, entry))
             .map_err(handshake)?;
-        let mut prefix = [0u8; PREFIX_LEN];
-        prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
-        wire::check_prefix(&prefix).map_err(|e| version_mismatch(self.service(), e))?;
-        stream
-            .read_exact(&mut theirs[PREFIX_LEN..])
-            .map_err(handshake)?;
-        let hello = Hello::decode(&theirs).map_err(|e| version_mismatch(self.service(), e))?;
-        if hello.kind != KIND_SERVICE {
-            return Err(kind_mismatch(self.service(), hello.kind, KIND_SERVICE));
-        }
-        let mut their_proof = [0u8; TAG_LEN];
-        stream.read_exact(&mut their_proof).map_err(handshake)?;
-        let transcript = [ours, theirs].concat();
-        if !self
-            .secret
-            .verify(Role::Acceptor, &transcript, &their_proof)
-        {
-            return Err(Error::AuthFailed {
-                detail: format!(
-                    "{} could not prove it knows the job secret (were the driver and the ranks given different secrets?)",
-                    self.service()
-                ),
-            });
-        }
-        let mut message = self.secret.prove(Role::Connector, &transcript).to_vec();
-        message.extend_from_slice(&encode_request(self.attempt, entry));
-        stream.write_all(&message).map_err(handshake)?;
 
         stream
             .set_read_timeout(Some(self.remaining()))

@@ -8,16 +8,13 @@
 //! in rank order, as soon as the last rank has registered. The service does
 //! not interpret entries.
 //!
-//! Handshake, on each connection (client C, a rank; service S), with the
-//! hellos of [`crate::wire`] marked with their kind of endpoint, so neither
-//! can be mistaken for a rank's listener:
-//! 1. C → S: C's hello (kind "service client", rank, job size, nonce)
-//! 2. S → C: S's hello (kind "service", its job size), S's proof
-//! 3. C → S: C's proof (only after C verified S's), then the register request
-//! 4. S → C: the reply, once every rank of C's stage attempt has registered
-//!
-//! Proofs are those of the mesh ([`crate::auth`]); the kind bytes in the
-//! transcript keep them apart from the mesh's.
+//! Each connection opens with the handshake of [`crate::handshake`] (client
+//! C, a rank, connecting; service S accepting), the hellos marked with their
+//! kind of endpoint ("service client", "service"), so neither can be mistaken
+//! for a rank's listener, and the proofs kept apart from the mesh's. S's
+//! hello carries its job size and rank 0. Step 4 is the registration:
+//! C sends the register request, and S replies once every rank of C's stage
+//! attempt has registered.
 //!
 //! Frames: a u32 length, then that many bytes (integers little-endian).
 //! * Register request: the u32 stage attempt, then the entry (UTF-8, at most

@@ -1,7 +1,7 @@
 //! The driver's side: the service that gathers the ranks' entries.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use log::{debug, warn};
 
-use crate::auth::{self, Role, Secret, TAG_LEN};
+use crate::auth::{self, Secret};
 use crate::error::{Error, Result};
+use crate::handshake;
 use crate::rendezvous::{self, ACCEPT_POLL};
-use crate::wire::{
-    self, Hello, PrefixError, HELLO_LEN, KIND_SERVICE, KIND_SERVICE_CLIENT, PREFIX_LEN,
-};
+use crate::wire::{Hello, KIND_SERVICE, KIND_SERVICE_CLIENT};
 
 use super::frames::*;
 
@@ -275,59 +274,11 @@ fn admit(stream: &TcpStream, shared: &Shared) -> std::result::Result<Registratio
         _ => format!("handshake failed: {e}"),
     };
     prepare(stream, CONNECTION_TIMEOUT).map_err(io)?;
-    let mut stream = stream;
-
-    let mut theirs = [0u8; HELLO_LEN];
-    stream.read_exact(&mut theirs[..PREFIX_LEN]).map_err(io)?;
-    let mut prefix = [0u8; PREFIX_LEN];
-    prefix.copy_from_slice(&theirs[..PREFIX_LEN]);
     // The size fits in u32: `start` checked it.
     let nonce = auth::nonce().map_err(|e| e.to_string())?;
-    let ours = Hello::of_kind(KIND_SERVICE, 0, shared.size as u32, nonce).encode();
-    match wire::check_prefix(&prefix) {
-        Ok(()) => {}
-        Err(PrefixError::BadMagic) => return Err("not a horovod-rs hello".into()),
-        Err(PrefixError::Version(version)) => {
-            // Answer with our hello so the peer can name the mismatch.
-            let _ = stream.write_all(&ours);
-            return Err(format!(
-                "it speaks protocol version {version}, this library speaks {}",
-                wire::PROTOCOL_VERSION
-            ));
-        }
-    }
-    stream.read_exact(&mut theirs[PREFIX_LEN..]).map_err(io)?;
-    let hello = Hello::decode(&theirs).map_err(|_| "malformed hello".to_string())?;
-    if hello.kind != KIND_SERVICE_CLIENT {
-        let _ = stream.write_all(&ours);
-        return Err(format!(
-            "it is {}, not {}",
-            wire::kind_name(hello.kind),
-            wire::kind_name(KIND_SERVICE_CLIENT)
-        ));
-    }
-    let transcript = [theirs, ours].concat();
-    let mut reply = Vec::with_capacity(HELLO_LEN + TAG_LEN);
-    reply.extend_from_slice(&ours);
-    reply.extend_from_slice(&shared.secret.prove(Role::Acceptor, &transcript));
-    stream.write_all(&reply).map_err(io)?;
-
-    let mut their_proof = [0u8; TAG_LEN];
-    stream
-        .read_exact(&mut their_proof)
-        .map_err(|e| match e.kind() {
-            // A genuine rank closes here when our proof fails with its secret.
-            io::ErrorKind::UnexpectedEof => "it closed the connection instead of proving it \
-                knows the job secret (a rank given a different secret does this)"
-                .to_string(),
-            _ => io(e),
-        })?;
-    if !shared
-        .secret
-        .verify(Role::Connector, &transcript, &their_proof)
-    {
-        return Err("it could not prove it knows the job secret".into());
-    }
+    let ours = Hello::of_kind(KIND_SERVICE, 0, shared.size as u32, nonce);
+    let hello = handshake::accept(stream, &shared.secret, &ours, KIND_SERVICE_CLIENT, io)?;
+    let mut stream = stream;
 
     // Authenticated: a registration the service cannot take is answered.
     let payload = read_frame(&mut stream, MAX_REQUEST_LEN).map_err(io)?;
