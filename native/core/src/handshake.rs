@@ -158,11 +158,27 @@ fn read_up_to(stream: &mut impl Read, wanted: usize) -> io::Result<Vec<u8>> {
     }
 }
 
+/// The error `read_exact` gives once the peer closed the connection, which
+/// the callers' wording expects.
 fn closed() -> io::Error {
     io::Error::new(
         io::ErrorKind::UnexpectedEof,
         "the peer closed the connection",
     )
+}
+
+/// Checks that a hello can carry rank `rank` of a job of `size` ranks: the
+/// size fits its u32, and the rank is below the size.
+pub(crate) fn check_rank(rank: usize, size: usize) -> Result<()> {
+    if u32::try_from(size).is_err() {
+        return Err(Error::InvalidArgument(format!("{size} ranks are too many")));
+    }
+    if rank >= size {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank} is out of range for {size} ranks"
+        )));
+    }
+    Ok(())
 }
 
 /// The error naming `peer` whose hello is not one of this version.
@@ -632,6 +648,20 @@ mod tests {
         assert_eq!(wanted, 1);
         let (_, failure) = failed(a.receive(&[]));
         assert!(matches!(failure, Failure::ProofWithheld), "{failure:?}");
+    }
+
+    #[test]
+    fn check_rank_names_what_a_hello_cannot_carry() {
+        assert!(check_rank(0, 1).is_ok());
+        let err = check_rank(2, 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid argument: rank 2 is out of range for 2 ranks"
+        );
+        if let Some(too_many) = (u32::MAX as usize).checked_add(1) {
+            let err = check_rank(0, too_many).unwrap_err();
+            assert!(err.to_string().ends_with("ranks are too many"), "{err}");
+        }
     }
 
     #[test]

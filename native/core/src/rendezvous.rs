@@ -220,14 +220,7 @@ fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()
     if size == 0 {
         return Err(Error::InvalidArgument("the address list is empty".into()));
     }
-    if u32::try_from(size).is_err() {
-        return Err(Error::InvalidArgument(format!("{size} ranks are too many")));
-    }
-    if rank >= size {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank} is out of range for {size} ranks"
-        )));
-    }
+    handshake::check_rank(rank, size)?;
     for (peer, address) in addresses.iter().enumerate() {
         if !is_host_port(address) {
             return Err(Error::InvalidArgument(format!(

@@ -74,14 +74,7 @@ fn validate(address: &str, rank: usize, size: usize, entry: &str, timeout: Durat
     if size == 0 {
         return Err(Error::InvalidArgument("the job size is zero".into()));
     }
-    if u32::try_from(size).is_err() {
-        return Err(Error::InvalidArgument(format!("{size} ranks are too many")));
-    }
-    if rank >= size {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank} is out of range for {size} ranks"
-        )));
-    }
+    handshake::check_rank(rank, size)?;
     if !rendezvous::is_host_port(address) {
         return Err(Error::InvalidArgument(format!(
             "the rendezvous service address {address:?} is not host:port"

@@ -48,9 +48,8 @@ impl RendezvousService {
         if size == 0 {
             return Err(Error::InvalidArgument("the job size is zero".into()));
         }
-        if u32::try_from(size).is_err() {
-            return Err(Error::InvalidArgument(format!("{size} ranks are too many")));
-        }
+        // Its hello carries rank 0 and the job size.
+        handshake::check_rank(0, size)?;
         let (listener, port) = rendezvous::bind(bind_addr, "the rendezvous service")?;
         listener
             .set_nonblocking(true)
