@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use horovod_core::{
     connect, exchange_entries, CommConfig, Listener, ReduceOp, RendezvousService, Transport,
+    TLS_VARIABLE,
 };
 
 /// Message sizes in bytes, those of the peer benchmarks.
@@ -239,6 +240,8 @@ fn run_rank(rank: &str) -> Result<(), String> {
         } else {
             Transport::Auto
         },
+        tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())
+            .map_err(|e| e.to_string())?,
     };
     let mut comm = connect(listener, rank, &addresses, SECRET, &config)
         .map_err(|e| format!("rank {rank}: {e}"))?;
