@@ -148,7 +148,7 @@ impl Link {
             while got < buf.len() {
                 let n = self.try_recv(&mut buf[got..], during)?;
                 got += n;
-                if n == 0 {
+                if n == 0 && !self.spin_recv(buf, &mut got, during)? {
                     self.poll(libc::POLLIN, during)?;
                 }
             }
@@ -156,26 +156,33 @@ impl Link {
         }
         if self.spin.is_some() {
             got = self.try_recv(buf, during)?;
-            let mut failed = None;
             if got < buf.len() {
-                self.spin(|| match self.try_recv(&mut buf[got..], during) {
-                    Ok(n) => {
-                        got += n;
-                        got == buf.len()
-                    }
-                    Err(error) => {
-                        failed = Some(error);
-                        true
-                    }
-                });
-            }
-            if let Some(error) = failed {
-                return Err(error);
+                self.spin_recv(buf, &mut got, during)?;
             }
         }
         (&self.stream)
             .read_exact(&mut buf[got..])
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
+    }
+
+    /// Receives into `buf[*got..]` while the spin budget lasts, until it is
+    /// full; returns whether it filled (false at once when not busy-polling).
+    fn spin_recv(&self, buf: &mut [u8], got: &mut usize, during: &str) -> Result<bool> {
+        let mut failed = None;
+        let full = self.spin(|| match self.try_recv(&mut buf[*got..], during) {
+            Ok(n) => {
+                *got += n;
+                *got == buf.len()
+            }
+            Err(error) => {
+                failed = Some(error);
+                true
+            }
+        });
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(full),
+        }
     }
 
     /// Sends as much of `bytes` as the socket buffer takes without blocking;
