@@ -133,6 +133,17 @@ def test_join_with_uneven_data_per_rank():
     assert hvd.join() == N - 1
 
 
+def test_allgather_and_broadcast_fail_while_a_rank_has_joined_as_in_horovod():
+    # Only allreduces run while a rank has joined; the others name the joined ranks.
+    if R != 0:
+        with pytest.raises(RuntimeError, match=r"Allgather is not supported with Join.*\[0\]"):
+            hvd.allgather(torch.ones(2, 3), name="rows.while.joined")
+        with pytest.raises(RuntimeError, match=r"Broadcast is not supported with Join"):
+            hvd.broadcast(torch.ones(3), root_rank=1, name="weights.while.joined")
+    last = hvd.join()
+    assert last != 0 and hvd.allgather_object(last) == [last] * N
+
+
 def test_distributed_optimizer_with_uneven_batches_matches_zero_gradients_from_joined_ranks():
     def batches(rank):
         g = torch.Generator().manual_seed(rank)

@@ -191,3 +191,23 @@ def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
             return False
 
     assert not any(alive(pid) for pid in pids), "ranks outlived their launcher"
+
+
+def test_encrypted_links_give_the_same_results_and_a_bad_setting_is_named():
+    # HOROVOD_RS_TLS reaches the binding through the ranks' environment, as spark.executorEnv does.
+    script = ("import numpy as np, horovod_rs.torch as hvd, torch; hvd.init()\n"
+              "x = torch.arange(100000, dtype=torch.float32) * (hvd.rank() + 1)\n"
+              "y = hvd.allreduce(x, op=hvd.Sum)\n"
+              "assert torch.equal(y, torch.arange(100000, dtype=torch.float32) * 3), y[:4]\n"
+              "print('ok', hvd.rank())")
+    env = {**__import__("os").environ, "HOROVOD_RS_TLS": "1"}
+    out = subprocess.run(HOROVODRS + ["-np", "2", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:ok 0", "[1]<stdout>:ok 1"]
+
+    env["HOROVOD_RS_TLS"] = "sometimes"
+    out = subprocess.run(HOROVODRS + ["-np", "2", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode != 0
+    assert 'HOROVOD_RS_TLS="sometimes": expected 1 or 0' in out.stdout + out.stderr

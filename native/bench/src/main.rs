@@ -21,7 +21,8 @@
 //! `hier`, which gives the second half of the ranks another host name for
 //! this machine (`localhost` instead of `127.0.0.1`), so the job looks like
 //! two hosts: shared memory within each half, TCP between them (the
-//! hierarchical allreduce of multi-host jobs). Output:
+//! hierarchical allreduce of multi-host jobs). With `HOROVOD_RS_TLS=1` the
+//! links are encrypted and the names end in `-tls`. Output:
 //! `impl,ranks,bytes,seconds,busbw_gbps`.
 
 use std::io::{BufRead, BufReader, Write};
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use horovod_core::{
     connect, exchange_entries, CommConfig, Listener, ReduceOp, RendezvousService, Transport,
+    TLS_VARIABLE,
 };
 
 /// Message sizes in bytes, those of the peer benchmarks.
@@ -239,6 +241,8 @@ fn run_rank(rank: &str) -> Result<(), String> {
         } else {
             Transport::Auto
         },
+        tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())
+            .map_err(|e| e.to_string())?,
     };
     let mut comm = connect(listener, rank, &addresses, SECRET, &config)
         .map_err(|e| format!("rank {rank}: {e}"))?;
@@ -250,7 +254,11 @@ fn run_rank(rank: &str) -> Result<(), String> {
     if std::env::var("HOROVOD_BENCH_BIND").as_deref() != Ok("0") {
         bind_like_mpirun(rank, size)?;
     }
-    let name = mode.impl_name();
+    let name = if config.tls {
+        format!("{}-tls", mode.impl_name())
+    } else {
+        mode.impl_name().to_string()
+    };
     for bytes in SIZES {
         let count = (bytes / 4).max(1);
         let mut data = vec![1.0f32; count];

@@ -74,6 +74,14 @@ impl Secret {
     pub(crate) fn verify(&self, role: Role, transcript: &[u8], tag: &[u8]) -> bool {
         self.mac(role, transcript).verify_slice(tag).is_ok()
     }
+
+    /// A key for `purpose`, derived from the secret (HMAC as a PRF, RFC
+    /// 2104): any holder of the secret gets the same, nobody else can.
+    pub(crate) fn derive(&self, purpose: &[u8]) -> [u8; 32] {
+        let mut mac = self.keyed.clone();
+        mac.update(purpose);
+        mac.finalize().into_bytes().into()
+    }
 }
 
 impl std::fmt::Debug for Secret {

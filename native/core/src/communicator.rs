@@ -62,15 +62,20 @@ pub struct CommConfig {
     pub io_timeout: Duration,
     /// Which transport collectives use; every rank must be given the same.
     pub transport: Transport,
+    /// Whether the links are encrypted (TLS 1.3, [`crate::tls_setting`]);
+    /// every rank must be given the same.
+    pub tls: bool,
 }
 
 impl Default for CommConfig {
-    /// 120 s to connect, 600 s per read or write, [`Transport::Auto`].
+    /// 120 s to connect, 600 s per read or write, [`Transport::Auto`],
+    /// not encrypted.
     fn default() -> Self {
         CommConfig {
             connect_timeout: Duration::from_secs(120),
             io_timeout: Duration::from_secs(600),
             transport: Transport::Auto,
+            tls: false,
         }
     }
 }

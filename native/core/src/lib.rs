@@ -44,6 +44,7 @@ mod rendezvous_service;
 mod shm;
 mod spin;
 mod tcp;
+mod tls;
 mod wire;
 
 pub use collectives::{AllreduceOptions, Compression};
@@ -55,6 +56,7 @@ pub use nccl::NcclCommunicator;
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};
 pub use rendezvous_service::{exchange_entries, RendezvousService};
+pub use tls::{setting as tls_setting, TLS_VARIABLE};
 
 /// The half-precision element types, from the `half` crate.
 pub use half::{bf16, f16};

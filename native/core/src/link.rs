@@ -7,14 +7,24 @@
 //! another receives on it. [`Link::try_send`] and [`Link::try_recv`] never
 //! block (the stream stays in blocking mode for everything else), for loops
 //! that move data on several links at once ([`crate::tcp::pump`]).
+//!
+//! An encrypted link ([`Link::encrypt`], [`crate::tls`]) keeps this
+//! interface: its TLS state sits behind a lock held only for non-blocking
+//! steps, so a sender and a receiver never wait for each other, and its
+//! blocking calls wait in `poll(2)` between such steps. Loops of non-blocking
+//! calls see two more states: ciphertext still to flush after the bytes
+//! were taken ([`Link::flushed`], [`Link::try_flush`]) and decrypted bytes
+//! that `poll` cannot see ([`Link::has_plaintext`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::spin::SpinBudget;
+use crate::tls::{Credentials, Session};
 
 /// An authenticated connection to peer `rank`.
 #[derive(Debug)]
@@ -25,6 +35,8 @@ pub(crate) struct Link {
     /// Set when this host's ranks have a core each: waits for the peer
     /// poll briefly before they sleep ([`crate::spin`]).
     spin: Option<SpinBudget>,
+    /// Set when the link is encrypted; shared by its clones.
+    tls: Option<Arc<Mutex<Session>>>,
 }
 
 impl Link {
@@ -49,7 +61,31 @@ impl Link {
             stream,
             io_timeout,
             spin: None,
+            tls: None,
         })
+    }
+
+    /// This link, encrypted: runs the TLS handshake with the peer, as the
+    /// server on the side that `accepted` the connection. A peer without
+    /// encryption, or with another job's secret, fails it, named.
+    pub(crate) fn encrypt(mut self, credentials: &Credentials, accepted: bool) -> Result<Link> {
+        let session =
+            credentials
+                .handshake(&self.stream, accepted)
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                        io_error(e, self.rank, "the TLS handshake", self.io_timeout)
+                    }
+                    _ => Error::Mismatch {
+                        rank: self.rank,
+                        detail: format!(
+                            "the TLS handshake failed: {e} (is {} set alike on every rank?)",
+                            crate::tls::TLS_VARIABLE
+                        ),
+                    },
+                })?;
+        self.tls = Some(Arc::new(Mutex::new(session)));
+        Ok(self)
     }
 
     /// This link, polling briefly before it sleeps in a wait for the peer.
@@ -76,6 +112,7 @@ impl Link {
             stream,
             io_timeout: self.io_timeout,
             spin: self.spin.as_ref().map(|_| SpinBudget::new()),
+            tls: self.tls.clone(),
         })
     }
 
@@ -86,6 +123,19 @@ impl Link {
 
     /// Sends all of `bytes`.
     pub(crate) fn send(&self, bytes: &[u8], during: &str) -> Result<()> {
+        if self.tls.is_some() {
+            let mut sent = 0;
+            loop {
+                let n = self.try_send(&bytes[sent..], during)?;
+                sent += n;
+                if sent == bytes.len() && self.flushed() {
+                    return Ok(());
+                }
+                if n == 0 && !self.try_flush(during)? {
+                    self.poll(libc::POLLOUT, during)?;
+                }
+            }
+        }
         (&self.stream)
             .write_all(bytes)
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
@@ -94,23 +144,20 @@ impl Link {
     /// Fills `buf` from the peer.
     pub(crate) fn recv(&self, buf: &mut [u8], during: &str) -> Result<()> {
         let mut got = 0;
+        if self.tls.is_some() {
+            while got < buf.len() {
+                let n = self.try_recv(&mut buf[got..], during)?;
+                got += n;
+                if n == 0 && !self.spin_recv(buf, &mut got, during)? {
+                    self.poll(libc::POLLIN, during)?;
+                }
+            }
+            return Ok(());
+        }
         if self.spin.is_some() {
             got = self.try_recv(buf, during)?;
-            let mut failed = None;
             if got < buf.len() {
-                self.spin(|| match self.try_recv(&mut buf[got..], during) {
-                    Ok(n) => {
-                        got += n;
-                        got == buf.len()
-                    }
-                    Err(error) => {
-                        failed = Some(error);
-                        true
-                    }
-                });
-            }
-            if let Some(error) = failed {
-                return Err(error);
+                self.spin_recv(buf, &mut got, during)?;
             }
         }
         (&self.stream)
@@ -118,9 +165,34 @@ impl Link {
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
     }
 
+    /// Receives into `buf[*got..]` while the spin budget lasts, until it is
+    /// full; returns whether it filled (false at once when not busy-polling).
+    fn spin_recv(&self, buf: &mut [u8], got: &mut usize, during: &str) -> Result<bool> {
+        let mut failed = None;
+        let full = self.spin(|| match self.try_recv(&mut buf[*got..], during) {
+            Ok(n) => {
+                *got += n;
+                *got == buf.len()
+            }
+            Err(error) => {
+                failed = Some(error);
+                true
+            }
+        });
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(full),
+        }
+    }
+
     /// Sends as much of `bytes` as the socket buffer takes without blocking;
     /// returns how many bytes that was (0 if the buffer is full).
     pub(crate) fn try_send(&self, bytes: &[u8], during: &str) -> Result<usize> {
+        if let Some(mut tls) = self.session() {
+            return tls
+                .try_send(self.fd(), bytes)
+                .map_err(|e| io_error(e, self.rank, during, self.io_timeout));
+        }
         if bytes.is_empty() {
             return Ok(0);
         }
@@ -142,6 +214,11 @@ impl Link {
     pub(crate) fn try_recv(&self, buf: &mut [u8], during: &str) -> Result<usize> {
         if buf.is_empty() {
             return Ok(0);
+        }
+        if let Some(mut tls) = self.session() {
+            return tls
+                .try_recv(self.fd(), buf)
+                .map_err(|e| io_error(e, self.rank, during, self.io_timeout));
         }
         // SAFETY: the descriptor is open for the life of `self`, and `buf`
         // is writable for `buf.len()` bytes.
@@ -177,6 +254,70 @@ impl Link {
         }
     }
 
+    /// Whether everything sent has left for the socket (always, unless
+    /// encrypted: then ciphertext may wait for [`Link::try_flush`]).
+    pub(crate) fn flushed(&self) -> bool {
+        self.session().is_none_or(|tls| tls.flushed())
+    }
+
+    /// Sends ciphertext still queued, without blocking; returns whether any
+    /// went.
+    pub(crate) fn try_flush(&self, during: &str) -> Result<bool> {
+        match self.session() {
+            Some(mut tls) => tls
+                .try_flush(self.fd())
+                .map_err(|e| io_error(e, self.rank, during, self.io_timeout)),
+            None => Ok(false),
+        }
+    }
+
+    /// Whether bytes are ready to read that `poll` on [`Link::fd`] does not
+    /// show (decrypted ahead, on an encrypted link).
+    pub(crate) fn has_plaintext(&self) -> bool {
+        self.session().is_some_and(|mut tls| tls.has_plaintext())
+    }
+
+    fn session(&self) -> Option<MutexGuard<'_, Session>> {
+        self.tls
+            .as_ref()
+            .map(|tls| tls.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Sleeps until the socket is ready for `events` (or failed), at most
+    /// the I/O timeout, then a `Timeout` naming the peer.
+    fn poll(&self, events: libc::c_short, during: &str) -> Result<()> {
+        let deadline = Instant::now() + self.io_timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io_error(
+                    io::ErrorKind::TimedOut.into(),
+                    self.rank,
+                    during,
+                    self.io_timeout,
+                ));
+            }
+            let mut fd = libc::pollfd {
+                fd: self.fd(),
+                events,
+                revents: 0,
+            };
+            let millis = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one valid pollfd whose descriptor stays open while
+            // `self` is borrowed.
+            match unsafe { libc::poll(&mut fd, 1, millis) } {
+                0 => continue,
+                n if n > 0 => return Ok(()),
+                _ => {
+                    let err = io::Error::last_os_error();
+                    if err.kind() != io::ErrorKind::Interrupted {
+                        return Err(io_error(err, self.rank, during, self.io_timeout));
+                    }
+                }
+            }
+        }
+    }
+
     /// The socket's descriptor, for `poll`.
     pub(crate) fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
@@ -193,6 +334,11 @@ impl Link {
     pub(crate) fn peek(&self, buf: &mut [u8], during: &str) -> Result<usize> {
         if buf.is_empty() {
             return Ok(0);
+        }
+        if let Some(mut tls) = self.session() {
+            return tls
+                .peek(self.fd(), buf)
+                .map_err(|e| io_error(e, self.rank, during, self.io_timeout));
         }
         // SAFETY: the descriptor is open for the life of `self`, and `buf`
         // is writable for `buf.len()` bytes.

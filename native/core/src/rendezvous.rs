@@ -38,6 +38,7 @@ use crate::hierarchy::{host, Hierarchy};
 use crate::link::{io_error, Link};
 use crate::shm;
 use crate::spin;
+use crate::tls::Credentials;
 use crate::wire::{self, Hello, ACK, KIND_RANK, NATIVE_ENDIAN};
 
 /// Pause between polls of the non-blocking listener.
@@ -177,11 +178,20 @@ pub fn connect(
     first.into_result()?;
 
     let busy_poll = cores_for_each(rank, addresses);
+    let credentials = config
+        .tls
+        .then(|| Credentials::new(&job.secret))
+        .transpose()?;
     let mut links = Vec::with_capacity(size);
+    // In rank order on every rank, so no two ranks wait for each other's
+    // TLS handshakes in a cycle.
     for (peer, stream) in streams.into_iter().enumerate() {
         links.push(match stream {
             Some(stream) => {
-                let link = Link::new(peer, stream, config.io_timeout.min(MAX_TIMEOUT))?;
+                let mut link = Link::new(peer, stream, config.io_timeout.min(MAX_TIMEOUT))?;
+                if let Some(credentials) = &credentials {
+                    link = link.encrypt(credentials, peer > rank)?;
+                }
                 Some(if busy_poll { link.busy_polling() } else { link })
             }
             None if peer == rank => None,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use horovod_core::{
     exchange_entries, CommConfig, Communicator, Listener, RendezvousService, Transport,
+    TLS_VARIABLE,
 };
 use jni::objects::{JByteArray, JClass, JString};
 use jni::sys::{jboolean, jint, jlong};
@@ -92,6 +93,7 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
                 connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
                 io_timeout: millis(io_timeout_ms, "io timeout")?,
                 transport: Transport::for_hierarchical_setting(hierarchical.as_deref()),
+                tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())?,
             };
             let communicator = horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
             Ok(into_handle(communicator))

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener,
-    Operation, Output, Payload, ReduceOp, RendezvousService, Request, Transport,
+    Operation, Output, Payload, ReduceOp, RendezvousService, Request, Transport, TLS_VARIABLE,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
@@ -360,6 +360,7 @@ fn start_rank(
         connect_timeout: Duration::from_secs_f64(connect_timeout_s),
         io_timeout: Duration::from_secs_f64(io_timeout_s),
         transport: Transport::for_hierarchical_setting(hierarchical.as_deref()),
+        tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())?,
     };
     let communicator = connect(listener, rank, entries, secret, &config)?;
     let engine = Engine::start(communicator, EngineConfig::parse(engine_config)?)?;

@@ -141,9 +141,13 @@ def join():
     return int(submit("join", np.zeros((), dtype=np.int32), "join").wait())
 
 
+# Unnamed object collectives take a fixed name, the same on every rank whatever it passes (Horovod
+# names them by the object's type, which differs on ranks passing None) and however many other
+# unnamed collectives it ran (a counted name goes out of step when one rank ran more, as around
+# join). The calls wait for their result, so one name never has two calls in flight.
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """``obj`` from ``root_rank`` on every rank (pickled)."""
-    name = name or basics.next_name("broadcast_object", process_sets.engine(process_set)[1])
+    name = name or "broadcast_object"
     payload = np.frombuffer(_dumps(obj), dtype=np.uint8)
     length = broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".length", process_set)
     if basics.rank() != root_rank:
@@ -153,7 +157,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 
 def allgather_object(obj, name=None, process_set=None):
     """Every rank's ``obj`` (pickled), in rank order."""
-    name = name or basics.next_name("allgather_object", process_sets.engine(process_set)[1])
+    name = name or "allgather_object"
     payload = np.frombuffer(_dumps(obj), dtype=np.uint8)
     lengths = allgather(np.array([payload.size], dtype=np.int64), name=name + ".lengths", process_set=process_set)
     data = allgather(payload, name=name, process_set=process_set).tobytes()

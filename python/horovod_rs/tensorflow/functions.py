@@ -21,7 +21,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """``obj`` from ``root_rank`` on every rank (serialized with cloudpickle when installed, so
     functions travel too)."""
-    return arrays.broadcast_object(obj, root_rank, name or type(obj).__name__, process_set)
+    return arrays.broadcast_object(obj, root_rank, name, process_set)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -39,4 +39,4 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's ``obj``, in rank order."""
-    return arrays.allgather_object(obj, name or type(obj).__name__, process_set)
+    return arrays.allgather_object(obj, name, process_set)

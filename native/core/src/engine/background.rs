@@ -451,19 +451,12 @@ impl<T: Transport> Background<T> {
 }
 
 /// What a joined rank contributes to a collective it never submitted: zeros
-/// to an allreduce, no rows to an allgather, a buffer a broadcast fills, no
-/// data to a barrier. Nobody waits for its result.
+/// to an allreduce, no data to a barrier (the coordinator refuses the other
+/// collectives while a rank has joined). Nobody waits for its result.
 fn stand_in(response: &ReadyResponse) -> Result<Submission> {
     let meta = &response.meta;
-    let mut shape = meta.shape.clone();
     let data = match meta.operation {
-        Operation::Allreduce { .. } | Operation::Broadcast { .. } => vec![0; meta.bytes()].into(),
-        Operation::Allgather => {
-            if let Some(first) = shape.first_mut() {
-                *first = 0;
-            }
-            Payload::default()
-        }
+        Operation::Allreduce { .. } => vec![0; meta.bytes()].into(),
         Operation::Barrier => Payload::default(),
         _ => {
             return Err(Error::ControlMessage {
@@ -481,7 +474,7 @@ fn stand_in(response: &ReadyResponse) -> Result<Submission> {
             name: meta.name.clone(),
             operation: meta.operation.clone(),
             dtype: meta.dtype,
-            shape,
+            shape: meta.shape.clone(),
             data,
         },
         completer,

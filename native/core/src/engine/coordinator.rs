@@ -248,6 +248,9 @@ impl Waiting {
 }
 
 /// Why a tensor cannot run with `joined` ranks standing in, if it cannot.
+/// As in Horovod, only allreduces (and joins and barriers) run while a rank
+/// has joined: a joined rank has no rows to gather, no part to exchange and
+/// no slice to receive, and Horovod's users and tests expect the refusal.
 fn unsupported_while_joined(waiting: &Waiting, joined: &[usize]) -> Option<String> {
     if joined.is_empty() {
         return None;
@@ -259,16 +262,17 @@ fn unsupported_while_joined(waiting: &Waiting, joined: &[usize]) -> Option<Strin
             meta.operation.kind()
         ));
     }
-    match meta.operation {
-        Operation::Alltoall { .. } | Operation::Reducescatter { .. } => Some(format!(
-            "{} cannot run while ranks {joined:?} have joined",
-            meta.operation.kind()
-        )),
-        Operation::Broadcast { root } if joined.contains(&root) => {
-            Some(format!("broadcast from rank {root}, which has joined"))
+    let refused = match meta.operation {
+        Operation::Allgather => {
+            "Allgather is not supported with Join at this time \
+            (specify sparse_as_dense=True if using DistributedOptimizer)"
         }
-        _ => None,
-    }
+        Operation::Broadcast { .. } => "Broadcast is not supported with Join at this time",
+        Operation::Alltoall { .. } => "Alltoall is not supported with Join at this time",
+        Operation::Reducescatter { .. } => "Reducescatter is not supported with Join at this time",
+        _ => return None,
+    };
+    Some(format!("{refused}: ranks {joined:?} have joined"))
 }
 
 /// The response for a name every rank has submitted (`metas[r]` is rank
@@ -295,6 +299,7 @@ fn decide(name: String, metas: Vec<Option<TensorMeta>>, join_result: &[usize]) -
         };
     }
     let first_dims = match first.operation {
+        // Every rank submitted an allgather: one never runs while a rank has joined.
         Operation::Allgather => metas
             .iter()
             .map(|m| {

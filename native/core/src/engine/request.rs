@@ -55,11 +55,10 @@ pub enum Operation {
     Barrier,
     /// This rank has run out of data (Horovod's `join`). Until every rank
     /// has joined, the engine stands in for it in the collectives the other
-    /// ranks submit: zeros for an allreduce, no rows for an allgather, a
-    /// received broadcast. The request is an `i32` scalar (its value is
-    /// ignored); the output is that scalar holding the rank that joined
-    /// last. Alltoall, reducescatter and broadcasts from a joined root fail
-    /// while a rank has joined.
+    /// ranks submit: zeros for an allreduce. The request is an `i32` scalar
+    /// (its value is ignored); the output is that scalar holding the rank
+    /// that joined last. As in Horovod, allgather, broadcast, alltoall and
+    /// reducescatter fail while a rank has joined.
     Join,
 }
 

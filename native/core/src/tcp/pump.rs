@@ -30,6 +30,9 @@ pub(crate) struct Want<'a> {
 /// on for reading (else for writing) when nothing happens for the links'
 /// I/O timeout.
 pub(crate) fn wait(wants: &[Want<'_>], during: &str) -> Result<()> {
+    if wants.iter().any(|w| w.read && w.link.has_plaintext()) {
+        return Ok(()); // decrypted ahead: poll would not see it
+    }
     let mut fds: Vec<libc::pollfd> = wants
         .iter()
         .filter(|w| w.read || w.write)
@@ -181,7 +184,9 @@ impl<'a> Flow<'a> {
     }
 
     fn sending(&self) -> bool {
-        self.sent < self.out.len() || self.header.as_ref().is_some_and(|h| !h.pushed())
+        self.sent < self.out.len()
+            || self.header.as_ref().is_some_and(|h| !h.pushed())
+            || !self.link.flushed()
     }
 
     fn receiving(&self) -> bool {
@@ -202,6 +207,8 @@ impl<'a> Flow<'a> {
             let n = self.link.try_send(&self.out[self.sent..], during)?;
             self.sent += n;
             moved |= n > 0;
+        } else if pushed && !self.link.flushed() {
+            moved |= self.link.try_flush(during)?;
         }
         if let Some(header) = self.header.as_mut().filter(|h| !h.pulled()) {
             moved |= header.pull(self.link, during)?;

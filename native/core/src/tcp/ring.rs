@@ -170,6 +170,8 @@ pub(crate) fn allreduce<T: Element>(
             let sent = ring.next.try_send(&bytes[out.offset..end], DURING)?;
             out.advance(sent, &sends.ranges, elem);
             moved |= sent > 0;
+        } else if !ring.next.flushed() {
+            moved |= ring.next.try_flush(DURING)?;
         }
         // Receive: the header, then units, reducing those of reduce-scatter.
         if !swap.pulled() {
@@ -202,7 +204,7 @@ pub(crate) fn allreduce<T: Element>(
             inc.advance(got, &recvs.ranges, elem);
             moved |= got > 0;
         }
-        let sending = !swap.pushed() || out.step < sends.ranges.len();
+        let sending = !swap.pushed() || out.step < sends.ranges.len() || !ring.next.flushed();
         let receiving = !swap.pulled() || inc.step < recvs.ranges.len();
         if !sending && !receiving {
             return Ok(());
@@ -214,7 +216,7 @@ pub(crate) fn allreduce<T: Element>(
                         link: ring.next,
                         read: false,
                         // Waiting for data to forward is waiting to read.
-                        write: !swap.pushed() || out.offset < ready,
+                        write: !swap.pushed() || out.offset < ready || !ring.next.flushed(),
                     },
                     Want {
                         link: ring.prev,

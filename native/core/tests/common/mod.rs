@@ -317,6 +317,8 @@ pub fn config() -> CommConfig {
             Some("flat") => Transport::Flat,
             _ => Transport::Auto,
         },
+        // The whole matrix runs encrypted under HOROVOD_RS_TLS=1.
+        tls: horovod_core::tls_setting(var(horovod_core::TLS_VARIABLE).as_deref()).unwrap(),
     }
 }
 
