@@ -16,6 +16,15 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   ranks on local-cluster[2,1,1024]; once both ranks are in their collectives
                   the driver's Python process is killed with SIGKILL; its JVM, the executors,
                   their Python workers and the ranks' engines must all end (a clean error)
+  spark-executor-killed
+                  the same Run API job, of a fixed number of allreduces with max_attempts=2;
+                  once both ranks allreduce an executor JVM is killed with SIGKILL; the job must
+                  run again on the executor Spark starts instead and finish
+  spark-executor-killed-mid-checkpoint
+                  a KerasEstimator fit of 4 epochs with a store; an executor JVM is killed with
+                  SIGKILL as soon as a checkpoint is being written to the store (its temporary
+                  file exists); the fit must resume from the last complete checkpoint and end
+                  with 4 epochs and a model that predicts
 
 Each trial is classified: finished (every rank finished; the goal for strangers), clean error
 (every surviving rank failed with an error naming rank 1, or naming the mismatch, within 2x the
@@ -35,17 +44,21 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
-         "stranger-wrong-secret", "spark-driver-killed")
+         "stranger-wrong-secret", "spark-driver-killed", "spark-executor-killed",
+         "spark-executor-killed-mid-checkpoint")
 SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
 # A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
 SPARK_START_S = 120
 SPARK_END_S = 60
+# A recovered Spark job's second attempt: a new executor, its Python worker, the job again.
+SPARK_RECOVERY_S = 240
 # Interpreter start, imports and rendezvous, on top of the timeouts under test.
 STARTUP_S = 30
 SHM_GLOB = "/dev/shm/horovod-rs-*"
@@ -55,6 +68,8 @@ def run_trial(kind, trial, timeout_s):
     """Runs one trial; returns its class (one of the table's columns) and a detail line."""
     if kind == "spark-driver-killed":
         return run_spark_driver_killed(timeout_s)
+    if kind.startswith("spark-executor-killed"):
+        return run_spark_executor_killed(kind, timeout_s)
     marker = uuid.uuid4().hex
     result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
     segments_before = set(glob.glob(SHM_GLOB))
@@ -97,7 +112,7 @@ def run_spark_driver_killed(timeout_s):
     segments_before = set(glob.glob(SHM_GLOB))
     env = dict(os.environ, HOROVOD_RS_TIMEOUT_SECONDS=str(timeout_s), FAULT_TRIAL=marker,
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, result_dir], env=env, stdout=subprocess.PIPE,
+    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, "forever", result_dir], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + SPARK_START_S
@@ -126,6 +141,117 @@ def run_spark_driver_killed(timeout_s):
         return "clean error", None
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def run_spark_executor_killed(kind, timeout_s):
+    """An executor JVM killed under a Spark job that may run again: the job must finish, and nothing
+    of it may outlive its driver."""
+    marker = uuid.uuid4().hex
+    result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
+    segments_before = set(glob.glob(SHM_GLOB))
+    mode = "fit" if kind.endswith("mid-checkpoint") else "run"
+    env = dict(os.environ, HOROVOD_RS_TIMEOUT_SECONDS=str(timeout_s), FAULT_TRIAL=marker,
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3")
+    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, mode, result_dir], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    output = []
+    reader = threading.Thread(target=lambda: output.append(driver.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        if mode == "run":
+            ready = lambda: all(os.path.exists(os.path.join(result_dir, "started-%d" % r)) for r in (0, 1))
+        else:
+            pattern = os.path.join(result_dir, "store", "**", "*.tmp-*")
+            ready = lambda: glob.glob(pattern, recursive=True)
+        deadline = time.time() + SPARK_START_S + (SPARK_RECOVERY_S if mode == "fit" else 0)
+        writer = None
+        if mode == "fit":
+            pid_file = os.path.join(result_dir, "writer.pid")
+            while not os.path.exists(pid_file) and driver.poll() is None and time.time() < deadline:
+                time.sleep(0.05)
+            if os.path.exists(pid_file):
+                with open(pid_file) as f:
+                    writer = _executor_of(int(f.read()))
+        while not ready() and driver.poll() is None and time.time() < deadline:
+            time.sleep(0.001 if mode == "fit" else 0.2)
+        executors = [p for p in _processes_with(marker) if b"CoarseGrainedExecutorBackend" in _cmdline(p)]
+        if not ready() or not executors or (mode == "fit" and not writer):
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+            _leftovers(marker, segments_before, 0)
+            return "unexpected", "no %s and %d executors within %d s: %s" % (
+                "ranks allreducing" if mode == "run" else "checkpoint being written", len(executors),
+                SPARK_START_S, _tail(output, reader))
+        victim = executors[-1]
+        if mode == "fit":
+            # The writer's executor, found before the write began; the trial then kills it the moment
+            # a checkpoint's temporary file appears. A temporary file still there after the kill is
+            # a write it cut off.
+            victim = writer
+        os.kill(victim, signal.SIGKILL)
+        if mode == "fit":
+            time.sleep(0.5)
+            WRITER_KILLS[bool(ready())] += 1
+        try:
+            driver.wait(timeout=SPARK_RECOVERY_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+            _leftovers(marker, segments_before, 0)
+            return "hangs", "the driver did not end within %d s of the kill" % SPARK_RECOVERY_S
+        leaked = _leftovers(marker, segments_before, timeout_s + SPARK_END_S)
+        path = os.path.join(result_dir, "result.json")
+        if not os.path.exists(path):
+            return "crashes", "the driver ended (%s) without a result: %s" % (driver.returncode, _tail(output, reader))
+        with open(path) as f:
+            result = json.load(f)
+        if leaked:
+            return "leaks", "; ".join(leaked)
+        if "error" in result:
+            return "unexpected", "not recovered: %s" % result["error"][-500:]
+        if mode == "run":
+            # Every rank's last sum; and the kill did land on the first attempt.
+            recovered = result["results"] == [2.0, 2.0] and "starting attempt 2" in _output(output, reader)
+        else:
+            recovered = (result["epochs"] == 4 and len(result["retries"]) == 1
+                         and result["mean_abs_error"] < 0.5)
+        return ("finished", None) if recovered else ("unexpected", json.dumps(result)[-500:])
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+# Mid-checkpoint trials whose kill cut a checkpoint's write off (True), or came as it ended (False).
+WRITER_KILLS = {True: 0, False: 0}
+
+
+def _executor_of(pid):
+    """The executor JVM among ``pid``'s ancestors (a rank runs in its Python worker), if any."""
+    while pid > 1:
+        if b"CoarseGrainedExecutorBackend" in _cmdline(pid):
+            return pid
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
+        except OSError:
+            return None
+    return None
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _output(output, reader):
+    reader.join(timeout=5)
+    return (output[0] if output else b"").decode(errors="replace")
+
+
+def _tail(output, reader):
+    return _output(output, reader)[-300:]
 
 
 def _classify(kind, results, timeout_s):
@@ -204,6 +330,9 @@ def main(argv=None):
                 bad += 1
                 print("# %s trial %d: %s: %s" % (kind, trial, outcome, detail), file=sys.stderr, flush=True)
         print("%s,%d,%s" % (kind, args.trials, ",".join(str(counts[c]) for c in COLUMNS)), flush=True)
+    if sum(WRITER_KILLS.values()):
+        print("# mid-checkpoint: the kill cut a checkpoint's write off in %d of %d trials (else it came as it ended)"
+              % (WRITER_KILLS[True], sum(WRITER_KILLS.values())), flush=True)
     if args.check and bad:
         sys.exit(1)
 
