@@ -348,13 +348,16 @@ $(VENV)/.flyte:
 
 # The fault suite (scripts/faults.py, docs/reliability.md): FAULT_TRIALS trials of each kind of
 # fault on 2-rank jobs (a rank killed, frozen, silent; mismatched tensors; strangers on the
-# rendezvous port), one table: finished, clean error, unexpected, hangs, crashes, leaks.
+# rendezvous port; a Spark driver or executor killed), one table: finished, clean error,
+# unexpected, hangs, crashes, leaks. A Spark kind fits a KerasEstimator: it needs TensorFlow,
+# pyarrow, pandas and fsspec.
 FAULT_TRIALS ?= 20
-faults: $(VENV)/.horovod_rs
+FAULT_DEPS := $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.tensorflow
+faults: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
 
 # Two trials of each kind, in make test.
-faults-quick: $(VENV)/.horovod_rs
+faults-quick: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials 2 --check
 
 ## Benchmarks ----------------------------------------------------------------

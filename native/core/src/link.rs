@@ -66,24 +66,12 @@ impl Link {
     }
 
     /// This link, encrypted: runs the TLS handshake with the peer, as the
-    /// server on the side that `accepted` the connection. A peer without
-    /// encryption, or with another job's secret, fails it, named.
+    /// server on the side that `accepted` the connection. (Ranks have
+    /// agreed on encrypting in their hellos already.)
     pub(crate) fn encrypt(mut self, credentials: &Credentials, accepted: bool) -> Result<Link> {
-        let session =
-            credentials
-                .handshake(&self.stream, accepted)
-                .map_err(|e| match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                        io_error(e, self.rank, "the TLS handshake", self.io_timeout)
-                    }
-                    _ => Error::Mismatch {
-                        rank: self.rank,
-                        detail: format!(
-                            "the TLS handshake failed: {e} (is {} set alike on every rank?)",
-                            crate::tls::TLS_VARIABLE
-                        ),
-                    },
-                })?;
+        let session = credentials
+            .handshake(&self.stream, accepted)
+            .map_err(|e| io_error(e, self.rank, "the TLS handshake", self.io_timeout))?;
         self.tls = Some(Arc::new(Mutex::new(session)));
         Ok(self)
     }

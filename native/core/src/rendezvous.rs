@@ -38,7 +38,7 @@ use crate::hierarchy::{host, Hierarchy};
 use crate::link::{io_error, Link};
 use crate::shm;
 use crate::spin;
-use crate::tls::Credentials;
+use crate::tls::{Credentials, TLS_VARIABLE};
 use crate::wire::{self, Hello, ACK, KIND_RANK, NATIVE_ENDIAN};
 
 /// Pause between polls of the non-blocking listener.
@@ -129,6 +129,7 @@ pub fn connect(
         rank,
         size,
         secret,
+        tls: config.tls,
         connect_timeout: config.connect_timeout.min(MAX_TIMEOUT),
         deadline: Instant::now() + config.connect_timeout.min(MAX_TIMEOUT),
     };
@@ -251,6 +252,8 @@ struct Job {
     rank: usize,
     size: usize,
     secret: Secret,
+    /// Whether this rank encrypts its links (`HOROVOD_RS_TLS`).
+    tls: bool,
     connect_timeout: Duration,
     deadline: Instant,
 }
@@ -278,11 +281,7 @@ impl Job {
 
     fn hello(&self) -> Result<Hello> {
         // Both fit in u32: `validate` checked the size.
-        Ok(Hello::new(
-            self.rank as u32,
-            self.size as u32,
-            auth::nonce()?,
-        ))
+        Ok(Hello::new(self.rank as u32, self.size as u32, auth::nonce()?).encrypting(self.tls))
     }
 
     /// Checks an authenticated peer's hello against this job. `expected` is
@@ -297,6 +296,17 @@ impl Job {
                     "it is {}, this rank is {}",
                     wire::endian_name(hello.endian),
                     wire::endian_name(NATIVE_ENDIAN)
+                ),
+            });
+        }
+        if hello.encrypts != self.tls {
+            let setting = |on: bool| if on { "on" } else { "off" };
+            return Err(Error::Mismatch {
+                rank: named,
+                detail: format!(
+                    "it has {TLS_VARIABLE} {}, this rank {} (set it alike on every rank)",
+                    setting(hello.encrypts),
+                    setting(self.tls)
                 ),
             });
         }

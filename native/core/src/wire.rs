@@ -24,11 +24,11 @@ use crate::reduce::{type_name, ReduceOp};
 /// First bytes of every hello.
 pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
 /// Version of this protocol; any change to the bytes exchanged bumps it.
-pub(crate) const PROTOCOL_VERSION: u16 = 3;
+pub(crate) const PROTOCOL_VERSION: u16 = 4;
 /// Magic plus version: the part of the hello every version shares.
 pub(crate) const PREFIX_LEN: usize = 10;
 /// Length of a whole hello of this version.
-pub(crate) const HELLO_LEN: usize = PREFIX_LEN + 2 + 4 + 4 + NONCE_LEN;
+pub(crate) const HELLO_LEN: usize = PREFIX_LEN + 3 + 4 + 4 + NONCE_LEN;
 /// Byte the acceptor sends once it has verified the connector's proof.
 pub(crate) const ACK: u8 = 0x06;
 /// Length of a collective header.
@@ -92,6 +92,9 @@ pub(crate) struct Hello {
     /// What the sender is: [`KIND_RANK`], [`KIND_SERVICE_CLIENT`] or
     /// [`KIND_SERVICE`].
     pub kind: u8,
+    /// Whether the sender encrypts its links to ranks (`HOROVOD_RS_TLS`);
+    /// ranks of one job must agree. False for the rendezvous service's ends.
+    pub encrypts: bool,
     /// Rank of the sender.
     pub rank: u32,
     /// Number of ranks the sender was given.
@@ -111,10 +114,17 @@ impl Hello {
         Hello {
             endian: NATIVE_ENDIAN,
             kind,
+            encrypts: false,
             rank,
             size,
             nonce,
         }
+    }
+
+    /// This hello, saying whether its sender encrypts its links.
+    pub(crate) fn encrypting(mut self, encrypts: bool) -> Hello {
+        self.encrypts = encrypts;
+        self
     }
 
     pub(crate) fn encode(&self) -> [u8; HELLO_LEN] {
@@ -123,9 +133,10 @@ impl Hello {
         out[8..10].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
         out[10] = self.endian;
         out[11] = self.kind;
-        out[12..16].copy_from_slice(&self.rank.to_le_bytes());
-        out[16..20].copy_from_slice(&self.size.to_le_bytes());
-        out[20..].copy_from_slice(&self.nonce);
+        out[12] = u8::from(self.encrypts);
+        out[13..17].copy_from_slice(&self.rank.to_le_bytes());
+        out[17..21].copy_from_slice(&self.size.to_le_bytes());
+        out[21..].copy_from_slice(&self.nonce);
         out
     }
 
@@ -137,12 +148,13 @@ impl Hello {
             u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
         };
         let mut nonce = [0u8; NONCE_LEN];
-        nonce.copy_from_slice(&bytes[20..]);
+        nonce.copy_from_slice(&bytes[21..]);
         Ok(Hello {
             endian: bytes[10],
             kind: bytes[11],
-            rank: u32_at(12),
-            size: u32_at(16),
+            encrypts: bytes[12] != 0,
+            rank: u32_at(13),
+            size: u32_at(17),
             nonce,
         })
     }
@@ -409,11 +421,12 @@ mod fuzz {
         fn hellos_round_trip(
             endian in any::<u8>(),
             kind in any::<u8>(),
+            encrypts in any::<bool>(),
             rank in any::<u32>(),
             size in any::<u32>(),
             nonce in uniform::<_, NONCE_LEN>(any::<u8>()),
         ) {
-            let hello = Hello { endian, kind, rank, size, nonce };
+            let hello = Hello { endian, kind, encrypts, rank, size, nonce };
             prop_assert_eq!(Hello::decode(&hello.encode()), Ok(hello));
             prop_assert!(!kind_name(kind).is_empty() && !endian_name(endian).is_empty());
         }
