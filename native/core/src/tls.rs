@@ -200,6 +200,38 @@ impl PinnedKey {
     }
 }
 
+/// The signature checks both verifier traits ask for, alike for the one
+/// pinned key.
+macro_rules! pinned_key_signatures {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            _message: &[u8],
+            _cert: &CertificateDer<'_>,
+            _dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+            Err(rustls::Error::General("TLS 1.2 is not offered".into()))
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+            self.verify(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            vec![SignatureScheme::ED25519]
+        }
+
+        fn requires_raw_public_keys(&self) -> bool {
+            true
+        }
+    };
+}
+
 impl ServerCertVerifier for PinnedKey {
     fn verify_server_cert(
         &self,
@@ -213,31 +245,7 @@ impl ServerCertVerifier for PinnedKey {
             .map(|()| ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General("TLS 1.2 is not offered".into()))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.verify(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ED25519]
-    }
-
-    fn requires_raw_public_keys(&self) -> bool {
-        true
-    }
+    pinned_key_signatures!();
 }
 
 impl ClientCertVerifier for PinnedKey {
@@ -255,31 +263,7 @@ impl ClientCertVerifier for PinnedKey {
             .map(|()| ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General("TLS 1.2 is not offered".into()))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.verify(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ED25519]
-    }
-
-    fn requires_raw_public_keys(&self) -> bool {
-        true
-    }
+    pinned_key_signatures!();
 }
 
 /// One link's TLS state. Every call is non-blocking on the socket `fd`;
