@@ -21,10 +21,11 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   once both ranks allreduce an executor JVM is killed with SIGKILL; the job must
                   run again on the executor Spark starts instead and finish
   spark-executor-killed-mid-checkpoint
-                  a KerasEstimator fit of 4 epochs with a store; an executor JVM is killed with
-                  SIGKILL as soon as a checkpoint is being written to the store (its temporary
-                  file exists); the fit must resume from the last complete checkpoint and end
-                  with 4 epochs and a model that predicts
+                  a KerasEstimator fit of 4 epochs with a store; rank 0, which writes the
+                  checkpoints, and its executor JVM are killed with SIGKILL as soon as a
+                  checkpoint is being written to the store (its temporary file exists); the fit
+                  must resume from the last complete checkpoint and end with 4 epochs and a
+                  model that predicts
 
 Each trial is classified: finished (every rank finished; the goal for strangers), clean error
 (every surviving rank failed with an error naming rank 1, or naming the mismatch, within 2x the
@@ -164,14 +165,15 @@ def run_spark_executor_killed(kind, timeout_s):
             pattern = os.path.join(result_dir, "store", "**", "*.tmp-*")
             ready = lambda: glob.glob(pattern, recursive=True)
         deadline = time.time() + SPARK_START_S + (SPARK_RECOVERY_S if mode == "fit" else 0)
-        writer = None
+        writer_pid = writer = None
         if mode == "fit":
             pid_file = os.path.join(result_dir, "writer.pid")
             while not os.path.exists(pid_file) and driver.poll() is None and time.time() < deadline:
                 time.sleep(0.05)
             if os.path.exists(pid_file):
                 with open(pid_file) as f:
-                    writer = _executor_of(int(f.read()))
+                    writer_pid = int(f.read())
+                writer = _executor_of(writer_pid)
         while not ready() and driver.poll() is None and time.time() < deadline:
             time.sleep(0.001 if mode == "fit" else 0.2)
         executors = [p for p in _processes_with(marker) if b"CoarseGrainedExecutorBackend" in _cmdline(p)]
@@ -182,13 +184,15 @@ def run_spark_executor_killed(kind, timeout_s):
             return "unexpected", "no %s and %d executors within %d s: %s" % (
                 "ranks allreducing" if mode == "run" else "checkpoint being written", len(executors),
                 SPARK_START_S, _tail(output, reader))
-        victim = executors[-1]
         if mode == "fit":
-            # The writer's executor, found before the write began; the trial then kills it the moment
-            # a checkpoint's temporary file appears. A temporary file still there after the kill is
-            # a write it cut off.
-            victim = writer
-        os.kill(victim, signal.SIGKILL)
+            # The writer and its executor JVM, found before the write began, killed together (a
+            # lost node) the moment a checkpoint's temporary file appears: killing the JVM alone
+            # leaves its Python worker time to finish the write. A temporary file still there
+            # after the kill is a write it cut off.
+            for pid in (writer_pid, writer):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            os.kill(executors[-1], signal.SIGKILL)
         if mode == "fit":
             time.sleep(0.5)
             WRITER_KILLS[bool(ready())] += 1
