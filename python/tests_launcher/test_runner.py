@@ -70,7 +70,7 @@ def test_hosts_are_filled_in_order_and_other_hosts_start_over_ssh(tmp_path):
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 0 1 0 3 ok 7 here", "[1]<stdout>:1 0 2 1 3 ok 7 None",
-                                               "[2]<stdout>:2 1 2 1 3 ok 7 None"]
+                                               "[2]<stdout>:2 1 2 0 3 ok 7 None"]
     assert seen.read_text().split() == ["127.0.0.2", "127.0.0.2"]
 
 
@@ -123,12 +123,14 @@ def test_a_hostfile_places_the_ranks_and_gives_the_default_number_of_processes(t
     hostfile.write_text(MPI_OPERATOR_HOSTFILE)
     script = ("import torch; import horovod_rs.torch as hvd; hvd.init()\n"
               "s = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)\n"
-              "print(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), int(s))\n")
+              "print(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(),\n"
+              "      int(s))\n")
     out = subprocess.run(HOROVODRS + ["--hostfile", str(hostfile), sys.executable, "-c", script],
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 3 0 1 0 3", "[1]<stdout>:1 3 0 2 1 3",
-                                               "[2]<stdout>:2 3 1 2 1 3"]
+    # Horovod's cross ranks: among the hosts that have a rank of the same local rank.
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 3 0 1 0 2 3", "[1]<stdout>:1 3 0 2 1 2 3",
+                                               "[2]<stdout>:2 3 1 2 0 1 3"]
     assert seen.read_text().split() == ["127.0.0.2", "127.0.0.2"]
 
 

@@ -40,18 +40,6 @@ pub enum Transport {
     Flat,
 }
 
-impl Transport {
-    /// The transport Horovod's `HOROVOD_HIERARCHICAL_ALLREDUCE` value asks
-    /// for: `0` or `false` is [`Transport::Flat`], anything else (or unset)
-    /// [`Transport::Auto`].
-    pub fn for_hierarchical_setting(value: Option<&str>) -> Transport {
-        match value.map(|v| v.trim().to_ascii_lowercase()) {
-            Some(v) if v == "0" || v == "false" => Transport::Flat,
-            _ => Transport::Auto,
-        }
-    }
-}
-
 /// Timeouts and transport of rendezvous and of collectives.
 #[derive(Clone, Debug)]
 pub struct CommConfig {
@@ -62,7 +50,7 @@ pub struct CommConfig {
     pub io_timeout: Duration,
     /// Which transport collectives use; every rank must be given the same.
     pub transport: Transport,
-    /// Whether the links are encrypted (TLS 1.3, [`crate::tls_setting`]);
+    /// Whether the links are encrypted (TLS 1.3, `HOROVOD_RS_TLS`);
     /// every rank must be given the same.
     pub tls: bool,
 }
@@ -354,22 +342,6 @@ pub(crate) mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::thread;
-
-    #[test]
-    fn horovods_hierarchical_setting_picks_the_transport() {
-        for (value, transport) in [
-            (None, Transport::Auto),
-            (Some("1"), Transport::Auto),
-            (Some("0"), Transport::Flat),
-            (Some(" False "), Transport::Flat),
-        ] {
-            assert_eq!(
-                Transport::for_hierarchical_setting(value),
-                transport,
-                "{value:?}"
-            );
-        }
-    }
 
     #[test]
     fn segments_cover_the_data_in_order() {

@@ -1,17 +1,19 @@
 //! horovod-core: the transport and collectives of horovod-rs.
 //!
-//! Every Spark barrier task of a job is one rank. A rank binds a
-//! [`Listener`] and exchanges its "host:port" with the other ranks through
-//! the [`RendezvousService`] the Spark driver runs ([`exchange_entries`]);
-//! [`connect`] then turns the addresses into a [`Communicator`]: a full mesh
-//! of TCP connections, each authenticated both ways with the per-job secret.
+//! Every Spark barrier task of a job is one rank, and joins it through
+//! [`launch::join`] with one [`launch::RankSpec`]: it binds a [`Listener`],
+//! exchanges its "host:port" with the other ranks through the
+//! [`RendezvousService`] the Spark driver runs ([`exchange_entries`]), and
+//! [`connect`] turns the addresses into a [`Communicator`]: a full mesh of
+//! TCP connections, each authenticated both ways with the per-job secret.
 //! The communicator then runs Horovod's collectives: allreduce (with scale
 //! factors, fp16 compression, grouped, or on untyped bytes), allgather,
 //! broadcast, alltoall, reducescatter and barrier, on eight element types
 //! ([`Element`], or [`DataType`] at run time). Allreduce and barrier go
 //! through shared memory when every rank is on one host.
 //!
-//! Modules, one job each: `error` (what can fail), `auth` (HMAC
+//! Modules, one job each: `launch` (a rank's spec, Horovod's variables, and
+//! joining), `error` (what can fail), `auth` (HMAC
 //! challenge–response), `wire` (hello and header layouts), `handshake` (the
 //! authenticated exchange opening every connection), `rendezvous_service`
 //! (the driver's service gathering the ranks' addresses), `rendezvous`
@@ -23,7 +25,7 @@
 //! (operations and element types), `dtype` (element types at run time),
 //! `engine` (named asynchronous submissions negotiated across ranks, fused,
 //! run on a transport), `nccl` (GPU collectives through NCCL, with the
-//! `cuda` feature).
+//! `cuda` feature), `millis` (durations as milliseconds in JSON).
 
 #![warn(missing_docs)]
 
@@ -35,8 +37,10 @@ pub mod engine;
 mod error;
 mod handshake;
 mod hierarchy;
+pub mod launch;
 mod link;
 pub mod logging;
+mod millis;
 pub mod nccl;
 mod reduce;
 mod rendezvous;
@@ -52,11 +56,12 @@ pub use communicator::{CommConfig, Communicator, Transport};
 pub use dtype::DataType;
 pub use engine::{DeviceBuffer, Engine, EngineConfig, Handle, Operation, Output, Payload, Request};
 pub use error::{Error, Result};
+pub use launch::environment::tls_setting;
 pub use nccl::NcclCommunicator;
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};
 pub use rendezvous_service::{exchange_entries, RendezvousService};
-pub use tls::{setting as tls_setting, TLS_VARIABLE};
+pub use tls::TLS_VARIABLE;
 
 /// The half-precision element types, from the `half` crate.
 pub use half::{bf16, f16};

@@ -51,20 +51,6 @@ const SEND_CHUNK: usize = 256 << 10;
 /// Most ciphertext pulled from the socket per attempt to receive.
 const RECV_BUDGET: usize = 256 << 10;
 
-/// Whether `HOROVOD_RS_TLS`'s `value` turns encryption on: `1`, `true`,
-/// `yes` or `on` do; unset, empty, `0`, `false`, `no` or `off` do not;
-/// anything else is refused, naming the variable.
-pub fn setting(value: Option<&str>) -> Result<bool> {
-    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("" | "0" | "false" | "no" | "off") => Ok(false),
-        Some("1" | "true" | "yes" | "on") => Ok(true),
-        Some(_) => Err(Error::InvalidArgument(format!(
-            "{TLS_VARIABLE}={:?}: expected 1 or 0 (true or false)",
-            value.unwrap_or_default()
-        ))),
-    }
-}
-
 /// The TLS configurations of one job, built once from its secret.
 #[derive(Clone)]
 pub(crate) struct Credentials {

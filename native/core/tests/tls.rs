@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use horovod_core::{connect, tls_setting, CommConfig, Communicator, Listener, ReduceOp, Transport};
+use horovod_core::{connect, CommConfig, Communicator, Listener, ReduceOp, Transport};
 
 const SECRET: &[u8] = b"tls test secret";
 /// A value whose bytes are easy to find in a capture.
@@ -143,26 +143,4 @@ fn ranks_that_disagree_about_encryption_both_fail_at_rendezvous_naming_the_setti
         assert!(rank0.contains(&expected0), "{rank0}");
         assert!(rank1.contains(&expected1), "{rank1}");
     }
-}
-
-#[test]
-fn the_setting_takes_the_usual_spellings_and_names_a_bad_one() {
-    for on in ["1", "true", "TRUE", " yes ", "on"] {
-        assert!(tls_setting(Some(on)).unwrap(), "{on}");
-    }
-    for off in [
-        None,
-        Some(""),
-        Some("0"),
-        Some("false"),
-        Some("no"),
-        Some("off"),
-    ] {
-        assert!(!tls_setting(off).unwrap(), "{off:?}");
-    }
-    let error = tls_setting(Some("sometimes")).unwrap_err().to_string();
-    assert!(
-        error.contains("HOROVOD_RS_TLS") && error.contains("sometimes"),
-        "{error}"
-    );
 }

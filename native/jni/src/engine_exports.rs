@@ -1,5 +1,5 @@
-//! The engine's `native` methods of `horovod.rs.spark.HorovodNative`: start
-//! an engine on a communicator, submit named tensors, poll or wait on their
+//! The engine's `native` methods of `horovod.rs.spark.HorovodNative`
+//! (`exports::join` starts it): submit named tensors, poll or wait on their
 //! handles, free them, close the engine.
 //!
 //! Java never runs on the engine's thread: a submission returns a tensor
@@ -11,8 +11,7 @@
 use std::time::Duration;
 
 use horovod_core::{
-    Communicator, DataType, Engine, EngineConfig, Handle, Operation, Output, ReduceOp, Request,
-    Result as CoreResult,
+    DataType, Engine, Handle, Operation, Output, ReduceOp, Request, Result as CoreResult,
 };
 use jni::objects::{JClass, JObject, JPrimitiveArray, JString};
 use jni::sys::{jdouble, jint, jlong};
@@ -20,8 +19,8 @@ use jni::{Env, EnvUnowned};
 
 use crate::arrays::{array_from_output, request_from_array};
 use crate::error_policy::{JniError, ThrowHorovodException};
-use crate::exports::{count, COMMUNICATOR};
-use crate::handles::{borrow_mut, free_from_java, into_handle, take};
+use crate::exports::count;
+use crate::handles::{borrow_mut, free_from_java, into_handle};
 
 const ENGINE: &str = "engine";
 const TENSOR: &str = "tensor handle";
@@ -30,25 +29,6 @@ const TENSOR: &str = "tensor handle";
 struct Tensor {
     handle: Handle,
     dtype: DataType,
-}
-
-/// Consumes the communicator (Java forgets its handle before calling) and
-/// returns an engine handle. `config` is `EngineConfig::parse`'s text.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_horovod_rs_spark_HorovodNative_engineStart<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
-    _class: JClass<'caller>,
-    communicator: jlong,
-    config: JString<'caller>,
-) -> jlong {
-    unowned_env
-        .with_env(|env| -> Result<jlong, JniError> {
-            // SAFETY: Java hands the communicator over here and never passes it again.
-            let communicator = unsafe { take::<Communicator>(communicator, COMMUNICATOR)? };
-            let config = EngineConfig::parse(&config.try_to_string(env)?)?;
-            Ok(into_handle(Engine::start(communicator, config)?))
-        })
-        .resolve::<ThrowHorovodException>()
 }
 
 /// Stops the engine on every rank and waits for this rank's thread.

@@ -1,16 +1,14 @@
 //! The `native` methods of `horovod.rs.spark.HorovodNative` that set a rank
-//! up: the rendezvous listener, the connection to every rank, the driver's
-//! rendezvous service. The engine's live in `engine_exports`.
+//! up: the rendezvous listener, joining the job, the driver's rendezvous
+//! service. The engine's live in `engine_exports`.
 //!
 //! Each export: convert arguments, call `horovod_core`, convert the result.
 
 use std::time::Duration;
 
-use horovod_core::{
-    exchange_entries, CommConfig, Communicator, Listener, RendezvousService, Transport,
-    TLS_VARIABLE,
-};
-use jni::objects::{JByteArray, JClass, JString};
+use horovod_core::launch::{join, RankSpec};
+use horovod_core::{Listener, RendezvousService};
+use jni::objects::{JByteArray, JClass, JLongArray, JString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::EnvUnowned;
 
@@ -18,7 +16,6 @@ use crate::error_policy::{JniError, ThrowHorovodException};
 use crate::handles::{borrow_mut, free_from_java, into_handle, take};
 
 const LISTENER: &str = "rendezvous listener";
-pub(crate) const COMMUNICATOR: &str = "communicator";
 const SERVICE: &str = "rendezvous service";
 
 #[unsafe(no_mangle)]
@@ -62,53 +59,45 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_closeListener<'caller
     unsafe { free_from_java::<Listener>(unowned_env, listener, LISTENER) }
 }
 
-/// Consumes the listener (Java forgets its handle before calling) and returns
-/// a communicator handle. `addresses` holds one `host:port` per rank, one per line.
+/// Joins the job `spec` describes (a `RankSpec` as JSON; Horovod's variables in the executor's
+/// environment fill what it leaves out) and returns `{engine handle, local rank, local size,
+/// cross rank, cross size}`. `listener` is this rank's listener handle, consumed (Java forgets it
+/// before calling), or 0 when `join` binds one itself.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_horovod_rs_spark_HorovodNative_connect<'caller>(
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_join<'caller>(
     mut unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     listener: jlong,
-    rank: jint,
-    addresses: JString<'caller>,
+    spec: JString<'caller>,
     secret: JByteArray<'caller>,
-    connect_timeout_ms: jlong,
-    io_timeout_ms: jlong,
-) -> jlong {
+) -> JLongArray<'caller> {
     unowned_env
-        .with_env(|env| -> Result<jlong, JniError> {
-            // SAFETY: Java hands the listener over here and never passes it again.
-            let listener = unsafe { take::<Listener>(listener, LISTENER)? };
-            let addresses: Vec<String> = addresses
-                .try_to_string(env)?
-                .lines()
-                .map(str::to_owned)
-                .collect();
-            let secret = env.convert_byte_array(&secret)?;
-            let rank = count(rank, "rank")?;
-            // Horovod's knob, from the executor's environment (spark.executorEnv.*).
-            let hierarchical = std::env::var("HOROVOD_HIERARCHICAL_ALLREDUCE").ok();
-            let config = CommConfig {
-                connect_timeout: millis(connect_timeout_ms, "connect timeout")?,
-                io_timeout: millis(io_timeout_ms, "io timeout")?,
-                transport: Transport::for_hierarchical_setting(hierarchical.as_deref()),
-                tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())?,
+        .with_env(|env| -> Result<JLongArray<'caller>, JniError> {
+            // Joining may be a rank's first native call: from here on the engine's warnings
+            // reach the executor's log.
+            horovod_core::logging::install_stderr_logger_from_env();
+            let listener = match listener {
+                0 => None,
+                // SAFETY: Java hands the listener over here and never passes it again.
+                handle => Some(unsafe { take::<Listener>(handle, LISTENER)? }),
             };
-            let communicator = horovod_core::connect(listener, rank, &addresses, &secret, &config)?;
-            Ok(into_handle(communicator))
+            let spec =
+                RankSpec::from_json(&spec.try_to_string(env)?, |name| std::env::var(name).ok())?;
+            let secret = env.convert_byte_array(&secret)?;
+            let joined = join(&spec, &secret, listener)?;
+            let placement = joined.placement;
+            let numbers = [
+                into_handle(joined.engine),
+                placement.local_rank as jlong,
+                placement.local_size as jlong,
+                placement.cross_rank as jlong,
+                placement.cross_size as jlong,
+            ];
+            let array = env.new_long_array(numbers.len())?;
+            array.set_region(env, 0, &numbers)?;
+            Ok(array)
         })
         .resolve::<ThrowHorovodException>()
-}
-
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_horovod_rs_spark_HorovodNative_closeCommunicator<'caller>(
-    unowned_env: EnvUnowned<'caller>,
-    _class: JClass<'caller>,
-    communicator: jlong,
-) {
-    // SAFETY: Java gives the handle up here and never passes it again.
-    unsafe { free_from_java::<Communicator>(unowned_env, communicator, COMMUNICATOR) }
 }
 
 fn millis(value: jlong, what: &str) -> Result<Duration, JniError> {
@@ -166,42 +155,6 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_stopRendezvousService
 ) {
     // SAFETY: Java gives the handle up here and never passes it again.
     unsafe { free_from_java::<RendezvousService>(unowned_env, service, SERVICE) }
-}
-
-/// Registers this rank's entry with the driver's service and returns every
-/// rank's entry, one per line, in rank order.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_horovod_rs_spark_HorovodNative_exchangeEntries<'caller>(
-    mut unowned_env: EnvUnowned<'caller>,
-    _class: JClass<'caller>,
-    service_address: JString<'caller>,
-    secret: JByteArray<'caller>,
-    rank: jint,
-    size: jint,
-    attempt: jint,
-    entry: JString<'caller>,
-    timeout_ms: jlong,
-) -> JString<'caller> {
-    unowned_env
-        .with_env(|env| -> Result<JString<'caller>, JniError> {
-            let service_address = service_address.try_to_string(env)?;
-            let secret = env.convert_byte_array(&secret)?;
-            let entry = entry.try_to_string(env)?;
-            let entries = exchange_entries(
-                &service_address,
-                &secret,
-                count(rank, "rank")?,
-                count(size, "size")?,
-                u32::try_from(attempt).map_err(|_| {
-                    JniError::InvalidArgument(format!("stage attempt {attempt} is negative"))
-                })?,
-                &entry,
-                millis(timeout_ms, "rendezvous timeout")?,
-            )?;
-            Ok(JString::from_str(env, entries.join("\n"))?)
-        })
-        .resolve::<ThrowHorovodException>()
 }
 
 pub(crate) fn count(value: jint, what: &str) -> Result<usize, JniError> {

@@ -1,7 +1,7 @@
 //! Native objects owned by Java through opaque `long` handles.
 //!
 //! A handle is a `Box` turned into a raw pointer. Java owns it: the Java wrapper
-//! (`NativeCommunicator`) serialises calls on one handle and calls the matching
+//! (`NativeListener`, `NativeEngine`) serialises calls on one handle and calls the matching
 //! `close` exactly once, after which it never passes the handle again.
 
 use jni::EnvUnowned;

@@ -7,10 +7,11 @@
 
 use std::time::{Duration, Instant};
 
+use horovod_core::launch::{join, Placement, RankSpec};
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
-    connect, exchange_entries, CommConfig, DataType, Engine, EngineConfig, Handle, Listener,
-    Operation, Output, Payload, ReduceOp, RendezvousService, Request, Transport, TLS_VARIABLE,
+    DataType, Engine, Handle, Listener, Operation, Output, Payload, ReduceOp, RendezvousService,
+    Request,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
@@ -180,42 +181,20 @@ impl Work {
 #[pyclass]
 struct Rank {
     engine: Engine,
+    placement: Placement,
+    spec: RankSpec,
 }
 
 #[pymethods]
 impl Rank {
-    /// Joins the job: listen, exchange addresses through the rendezvous service, connect, start
-    /// the engine. Every rank must call it.
+    /// Joins the job `spec` describes (a rank spec as JSON, through the driver's rendezvous
+    /// service; Horovod's variables fill what it leaves out): listen, exchange addresses,
+    /// connect, start the engine. Every rank must call it.
     #[new]
-    #[pyo3(signature = (rank, size, service, secret, host, connect_timeout_s, io_timeout_s, engine_config))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        rank: usize,
-        size: usize,
-        service: String,
-        secret: Vec<u8>,
-        host: String,
-        connect_timeout_s: f64,
-        io_timeout_s: f64,
-        engine_config: String,
-    ) -> PyResult<Rank> {
-        py.allow_threads(move || {
-            let listener = Listener::bind("0.0.0.0:0")?;
-            let entry = format!("{host}:{}", listener.port());
-            let timeout = Duration::from_secs_f64(connect_timeout_s);
-            let entries = exchange_entries(&service, &secret, rank, size, 0, &entry, timeout)?;
-            start_rank(
-                listener,
-                rank,
-                &entries,
-                &secret,
-                connect_timeout_s,
-                io_timeout_s,
-                &engine_config,
-            )
-        })
-        .map_err(py_err)
+    fn new(py: Python<'_>, spec: &str, secret: Vec<u8>) -> PyResult<Rank> {
+        let spec = spec_from_json(spec)?;
+        py.allow_threads(move || join_rank(spec, &secret, None))
+            .map_err(py_err)
     }
 
     fn rank(&self) -> usize {
@@ -224,6 +203,32 @@ impl Rank {
 
     fn size(&self) -> usize {
         self.engine.size()
+    }
+
+    fn local_rank(&self) -> usize {
+        self.placement.local_rank
+    }
+
+    fn local_size(&self) -> usize {
+        self.placement.local_size
+    }
+
+    fn cross_rank(&self) -> usize {
+        self.placement.cross_rank
+    }
+
+    fn cross_size(&self) -> usize {
+        self.placement.cross_size
+    }
+
+    /// Seconds a collective may wait on a silent peer (the spec's collective timeout).
+    fn collective_timeout_s(&self) -> f64 {
+        self.spec.collective_timeout.as_secs_f64()
+    }
+
+    /// The spec this rank joined with, as JSON: what a process set's ranks start from.
+    fn spec(&self) -> PyResult<String> {
+        serde_json::to_string(&self.spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     /// Why this rank's engine has stopped, or None while it runs.
@@ -345,26 +350,21 @@ impl Rank {
     }
 }
 
-/// Connects to the ranks at `entries` and starts this rank's engine.
-fn start_rank(
-    listener: Listener,
-    rank: usize,
-    entries: &[String],
+fn spec_from_json(json: &str) -> PyResult<RankSpec> {
+    RankSpec::from_json(json, |name| std::env::var(name).ok()).map_err(py_err)
+}
+
+fn join_rank(
+    spec: RankSpec,
     secret: &[u8],
-    connect_timeout_s: f64,
-    io_timeout_s: f64,
-    engine_config: &str,
+    listener: Option<Listener>,
 ) -> horovod_core::Result<Rank> {
-    let hierarchical = std::env::var("HOROVOD_HIERARCHICAL_ALLREDUCE").ok();
-    let config = CommConfig {
-        connect_timeout: Duration::from_secs_f64(connect_timeout_s),
-        io_timeout: Duration::from_secs_f64(io_timeout_s),
-        transport: Transport::for_hierarchical_setting(hierarchical.as_deref()),
-        tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())?,
-    };
-    let communicator = connect(listener, rank, entries, secret, &config)?;
-    let engine = Engine::start(communicator, EngineConfig::parse(engine_config)?)?;
-    Ok(Rank { engine })
+    let joined = join(&spec, secret, listener)?;
+    Ok(Rank {
+        engine: joined.engine,
+        placement: joined.placement,
+        spec,
+    })
 }
 
 /// A rank of a new group (a process set) before it connects: its listener, whose port the
@@ -391,36 +391,23 @@ impl Joining {
             .ok_or_else(|| PyRuntimeError::new_err("already connected"))
     }
 
-    /// Connects as `rank` of the group whose members listen at `entries` and starts its engine.
-    #[pyo3(signature = (rank, entries, secret, connect_timeout_s, io_timeout_s, engine_config))]
-    #[allow(clippy::too_many_arguments)]
-    fn connect(
-        &mut self,
-        py: Python<'_>,
-        rank: usize,
-        entries: Vec<String>,
-        secret: Vec<u8>,
-        connect_timeout_s: f64,
-        io_timeout_s: f64,
-        engine_config: String,
-    ) -> PyResult<Rank> {
+    /// Joins as the rank `spec` (a rank spec as JSON whose rendezvous holds the group's entries)
+    /// describes, on this listener, and starts its engine.
+    fn join(&mut self, py: Python<'_>, spec: &str, secret: Vec<u8>) -> PyResult<Rank> {
         let listener = self
             .listener
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("already connected"))?;
-        py.allow_threads(move || {
-            start_rank(
-                listener,
-                rank,
-                &entries,
-                &secret,
-                connect_timeout_s,
-                io_timeout_s,
-                &engine_config,
-            )
-        })
-        .map_err(py_err)
+        let spec = spec_from_json(spec)?;
+        py.allow_threads(move || join_rank(spec, &secret, Some(listener)))
+            .map_err(py_err)
     }
+}
+
+/// The environment variables the native side reads into a rank's spec (Horovod's knobs).
+#[pyfunction]
+fn spec_variables() -> Vec<&'static str> {
+    horovod_core::launch::environment::variables().collect()
 }
 
 /// Whether this build runs GPU tensors' collectives on NCCL (the `cuda` feature).
@@ -489,6 +476,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Work>()?;
     m.add_class::<Joining>()?;
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
+    m.add_function(wrap_pyfunction!(spec_variables, m)?)?;
     m.add_function(wrap_pyfunction!(forward_logs, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(next_log_record, m)?)?;

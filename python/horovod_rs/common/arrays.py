@@ -45,7 +45,7 @@ class Submitted:
         return self.work.done()
 
     def wait(self):
-        data, shape = self.work.wait(basics.DEFAULT_TIMEOUT_S)
+        data, shape = self.work.wait(basics.wait_timeout())
         if self.shape is not None:
             shape = self.shape
         elif self.as_bytes:

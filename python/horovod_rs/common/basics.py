@@ -1,6 +1,7 @@
 """init() and the job's shape, from the environment the launcher (horovodrs, or
 horovod_rs.spark.run) sets; without one, a job of one process, as in Horovod."""
 
+import json
 import os
 import secrets
 import threading
@@ -13,17 +14,6 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
            "cross_rank", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled",
            "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built"]
 
-# Seconds a collective may wait for the other ranks (Horovod's HOROVOD_GLOO_TIMEOUT_SECONDS is 30;
-# a training step can legitimately take longer on slow hosts).
-COLLECTIVE_TIMEOUT_S = float(os.environ.get("HOROVOD_RS_TIMEOUT_SECONDS", "600"))
-# A wait for a collective's result is the last resort: the engine fails the collective first,
-# naming the rank (a link silent for COLLECTIVE_TIMEOUT_S; a stall, see STALL_SHARE_OF_TIMEOUT).
-DEFAULT_TIMEOUT_S = 1.25 * COLLECTIVE_TIMEOUT_S + 5
-
-# Unless HOROVOD_STALL_SHUTDOWN_TIME_SECONDS says otherwise, the stall check fails a tensor that
-# some ranks never submitted at this share of the collective timeout.
-STALL_SHARE_OF_TIMEOUT = 0.8
-
 _lock = threading.Lock()
 _state = None
 
@@ -31,34 +21,31 @@ _state = None
 class RankSpec:
     """What a process needs to join a job as one of its ranks: read from the launcher's
     environment (``from_env``) or built by an embedding that starts ranks itself (Spark tasks),
-    which need not put the job's secret into a reused process's environment."""
+    which need not put the job's secret into a reused process's environment.
 
-    def __init__(self, rank, size, rendezvous, secret, host="127.0.0.1", local_rank=None, local_size=None,
-                 cross_rank=0, cross_size=1, connect_timeout=None, engine_config=""):
+    The native side fills the rest (timeouts, the engine's knobs, encryption) from Horovod's
+    variables in this process's environment, then from its defaults; ``connect_timeout``
+    (seconds) overrides ``HOROVOD_RS_CONNECT_TIMEOUT_SECONDS``."""
+
+    def __init__(self, rank, size, rendezvous, secret, host="127.0.0.1", connect_timeout=None):
         self.rank, self.size, self.rendezvous, self.secret, self.host = rank, size, rendezvous, secret, host
-        self.local_rank = rank if local_rank is None else local_rank
-        self.local_size = size if local_size is None else local_size
-        self.cross_rank, self.cross_size = cross_rank, cross_size
-        self.connect_timeout = DEFAULT_CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
-        self.engine_config = engine_config
+        self.connect_timeout = connect_timeout
 
     @classmethod
     def from_env(cls, env):
         """The launcher's variables (horovodrs), or None when there are none."""
         if "HOROVOD_RS_RENDEZVOUS" not in env:
             return None
-        rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
-        return cls(rank, size, env["HOROVOD_RS_RENDEZVOUS"], bytes.fromhex(env["HOROVOD_RS_SECRET"]),
-                   host=env.get("HOROVOD_HOSTNAME", "127.0.0.1"),
-                   local_rank=int(env.get("HOROVOD_LOCAL_RANK", rank)),
-                   local_size=int(env.get("HOROVOD_LOCAL_SIZE", size)),
-                   cross_rank=int(env.get("HOROVOD_CROSS_RANK", 0)), cross_size=int(env.get("HOROVOD_CROSS_SIZE", 1)),
-                   connect_timeout=float(env.get("HOROVOD_RS_CONNECT_TIMEOUT_SECONDS", DEFAULT_CONNECT_TIMEOUT_S)),
-                   engine_config=_engine_config(env))
+        return cls(int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"]), env["HOROVOD_RS_RENDEZVOUS"],
+                   bytes.fromhex(env["HOROVOD_RS_SECRET"]), host=env.get("HOROVOD_HOSTNAME", "127.0.0.1"))
 
-
-# Seconds a rank waits for the others to join (HOROVOD_RS_CONNECT_TIMEOUT_SECONDS).
-DEFAULT_CONNECT_TIMEOUT_S = 120.0
+    def to_json(self):
+        """The spec the native join reads (native/core's ``launch::RankSpec``), without the secret."""
+        spec = {"rank": self.rank, "size": self.size,
+                "rendezvous": {"service": {"address": self.rendezvous, "host": self.host}}}
+        if self.connect_timeout is not None:
+            spec["connect_timeout_ms"] = max(1, int(self.connect_timeout * 1000))
+        return json.dumps(spec)
 
 
 class _State:
@@ -66,29 +53,14 @@ class _State:
         self.rank = rank
         # What a process set's ranks need to connect among themselves.
         self.secret, self.host = spec.secret, spec.host
-        self.connect_timeout, self.engine_config = spec.connect_timeout, spec.engine_config
-        self.local_rank, self.local_size = spec.local_rank, spec.local_size
-        self.cross_rank, self.cross_size = spec.cross_rank, spec.cross_size
         self.counters = {}  # per process set: its ranks name unnamed collectives alike
         self.process_sets = {}  # id -> ProcessSet, beyond the global one
 
 
-def _engine_config(env):
-    lines = []
-    if "HOROVOD_FUSION_THRESHOLD" in env:
-        lines.append("fusion_threshold_bytes=" + env["HOROVOD_FUSION_THRESHOLD"])
-    if "HOROVOD_CYCLE_TIME" in env:  # milliseconds, as in Horovod
-        lines.append("cycle_time_ms=" + str(max(1, int(float(env["HOROVOD_CYCLE_TIME"])))))
-    # Horovod's stall knobs (seconds): warn about, then fail, a tensor some ranks never submit.
-    if "HOROVOD_STALL_CHECK_TIME_SECONDS" in env:
-        lines.append("stall_warning_ms=%d" % (float(env["HOROVOD_STALL_CHECK_TIME_SECONDS"]) * 1000))
-    stall_timeout_s = float(env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"))
-    if stall_timeout_s <= 0:
-        # Before a collective's wait times out, the stall check fails it naming the ranks that never
-        # submitted the tensor (the wait's own timeout knows no ranks).
-        stall_timeout_s = STALL_SHARE_OF_TIMEOUT * float(env.get("HOROVOD_RS_TIMEOUT_SECONDS", COLLECTIVE_TIMEOUT_S))
-    lines.append("stall_timeout_ms=%d" % (stall_timeout_s * 1000))
-    return "\n".join(lines)
+def wait_timeout():
+    """Seconds a wait for a collective's result may take: the last resort, since the engine fails
+    the collective first, naming the rank (a link silent for the collective timeout; a stall)."""
+    return 1.25 * state().rank.collective_timeout_s() + 5
 
 
 def init(process_sets=None):
@@ -116,10 +88,9 @@ def _init(spec):
         if spec is None:  # Started without a launcher: a job of one.
             secret = secrets.token_bytes(32)
             local = _native.Rendezvous(secret, 1)
-            spec = RankSpec(0, 1, "127.0.0.1:%d" % local.port(), secret, engine_config=_engine_config(os.environ))
+            spec = RankSpec(0, 1, "127.0.0.1:%d" % local.port(), secret)
         try:
-            native = _native.Rank(spec.rank, spec.size, spec.rendezvous, spec.secret, spec.host, spec.connect_timeout,
-                                  COLLECTIVE_TIMEOUT_S, spec.engine_config)
+            native = _native.Rank(spec.to_json(), spec.secret)
         finally:
             if local is not None:
                 local.close()
@@ -155,19 +126,19 @@ def rank():
 
 
 def local_size():
-    return state().local_size
+    return state().rank.local_size()
 
 
 def local_rank():
-    return state().local_rank
+    return state().rank.local_rank()
 
 
 def cross_size():
-    return state().cross_size
+    return state().rank.cross_size()
 
 
 def cross_rank():
-    return state().cross_rank
+    return state().rank.cross_rank()
 
 
 def next_name(kind, process_set_id=0):

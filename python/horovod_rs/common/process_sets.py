@@ -6,6 +6,8 @@ collectives are negotiated and run without the other ranks and never block the j
 ``process_set=`` arguments pick the engine; a rank outside the set is refused with a message.
 """
 
+import json
+
 import numpy as np
 
 from horovod_rs import _native
@@ -85,8 +87,8 @@ def _allgather_strings(text, name):
     rank = basics.state().rank
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     lengths, _ = rank.submit("allgather", name + ".lengths", np.array([data.size], dtype=np.int64).view(np.uint8),
-                             "int64", [1]).wait(basics.DEFAULT_TIMEOUT_S)
-    joined, _ = rank.submit("allgather", name, data, "uint8", [data.size]).wait(basics.DEFAULT_TIMEOUT_S)
+                             "int64", [1]).wait(basics.wait_timeout())
+    joined, _ = rank.submit("allgather", name, data, "uint8", [data.size]).wait(basics.wait_timeout())
     texts, at = [], 0
     for n in np.frombuffer(lengths, dtype=np.int64):
         texts.append(joined[at:at + int(n)].decode())
@@ -119,8 +121,10 @@ def add_process_set(process_set):
                          % (set_id, sorted(announced)))
     if joining is not None:
         addresses = [entries[r].split("|")[0] for r in process_set.ranks]
-        process_set._rank = joining.connect(process_set.rank(), addresses, state.secret, state.connect_timeout,
-                                            basics.COLLECTIVE_TIMEOUT_S, state.engine_config)
+        # The job's own spec, for the group's ranks and addresses: the same timeouts and knobs.
+        spec = dict(json.loads(state.rank.spec()), rank=process_set.rank(), size=len(process_set.ranks),
+                    rendezvous={"entries": addresses})
+        process_set._rank = joining.join(json.dumps(spec), state.secret)
     process_set.process_set_id = set_id
     state.process_sets[set_id] = process_set
     return process_set

@@ -125,7 +125,8 @@ def _add_host(hosts, host, source):
 
 def assign_slots(hosts, num_proc, source="-H"):
     """One ``(host, local_rank, local_size, cross_rank)`` per rank, filling hosts in order
-    (``source`` names where the hosts came from, for the error)."""
+    (``source`` names where the hosts came from, for the error). As in Horovod, a rank's cross
+    rank counts the hosts before its own that have a rank of its local rank."""
     total = sum(slots for _, slots in hosts)
     if total < num_proc:
         raise ValueError("-np %d needs %d slots; %s offers %d" % (num_proc, num_proc, source, total))
@@ -135,7 +136,8 @@ def assign_slots(hosts, num_proc, source="-H"):
             break
         used.append((host, min(slots, left)))
         left -= used[-1][1]
-    return [(host, local, count, cross) for cross, (host, count) in enumerate(used) for local in range(count)]
+    return [(host, local, count, sum(1 for _, earlier in used[:index] if earlier > local))
+            for index, (host, count) in enumerate(used) for local in range(count)]
 
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1"}
@@ -193,7 +195,6 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
     service = _native.Rendezvous(secret, num_proc)
     shared = {
         "HOROVOD_SIZE": str(num_proc),
-        "HOROVOD_CROSS_SIZE": str(len({h for h, _, _, _ in slots})),
         "HOROVOD_RS_RENDEZVOUS": "%s:%d" % (here, service.port()),
     }
     base = dict(os.environ if env is None else env, HOROVOD_RS_SECRET=secret.hex(), **shared)
@@ -203,6 +204,7 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
     for rank, (host, local_rank, local_size, cross_rank) in enumerate(slots):
         variables = dict(shared, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(local_rank),
                          HOROVOD_LOCAL_SIZE=str(local_size), HOROVOD_CROSS_RANK=str(cross_rank),
+                         HOROVOD_CROSS_SIZE=str(sum(1 for slot in slots if slot[1] == local_rank)),
                          HOROVOD_HOSTNAME=host if host in remote else here)
         if host in remote:
             p = subprocess.Popen(_ssh(host, ssh_port, dict(forwarded, **variables), command), stdin=subprocess.PIPE,

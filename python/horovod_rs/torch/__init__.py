@@ -174,14 +174,14 @@ def synchronize(handle):
 
 def _result(pending):
     if pending.on_device:
-        pending.work.wait(basics.DEFAULT_TIMEOUT_S)  # enqueued on the stream; the tensor holds the result
+        pending.work.wait(basics.wait_timeout())  # enqueued on the stream; the tensor holds the result
         result = None
     else:
         result = _wait(pending.work, pending.dtype, pending.output)
     if pending.finish is not None:
         result = pending.finish(result)
     if pending.received_splits is not None:
-        data, shape = pending.received_splits.wait(basics.DEFAULT_TIMEOUT_S)
+        data, shape = pending.received_splits.wait(basics.wait_timeout())
         return result, _from_bytes(data, torch.int32, shape).reshape(-1)
     return result
 
@@ -189,9 +189,9 @@ def _result(pending):
 def _wait(work, dtype, output):
     if output is not None and output.is_contiguous() and output.device.type == "cpu":
         # In place: the result goes straight into the tensor's memory.
-        work.wait_into(_byte_view(output), basics.DEFAULT_TIMEOUT_S)
+        work.wait_into(_byte_view(output), basics.wait_timeout())
         return output
-    data, shape = work.wait(basics.DEFAULT_TIMEOUT_S)
+    data, shape = work.wait(basics.wait_timeout())
     result = _from_bytes(data, dtype, shape)
     if output is not None:
         with torch.no_grad():

@@ -1,30 +1,38 @@
-//! The engine's knobs, and how the edges hand them over.
+//! The engine's knobs.
 //!
-//! [`EngineConfig`] is the typed struct the engine runs with. Edges that
-//! parse user configuration elsewhere (the JVM reads Spark conf keys) pass it
-//! across as one small text, `key=value` per line ([`EngineConfig::parse`]),
-//! rather than one argument per knob.
+//! [`EngineConfig`] is the typed struct the engine runs with. It arrives as
+//! part of a rank's [`crate::launch::RankSpec`], where the edges put what
+//! users configured (Spark conf keys, Horovod's variables).
 //!
 //! Invariant: the engine never reads the environment; every knob arrives
 //! through this struct.
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
 
 /// The engine's knobs. Defaults are Horovod's where Horovod has one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// In JSON (the `engine` object of a [`crate::launch::RankSpec`]) each
+/// field is optional: `cycle_time_ms`, `fusion_threshold_bytes`,
+/// `stall_warning_ms`, `stall_timeout_ms`, `cache_capacity`, non-negative
+/// integers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// Time between the starts of two negotiation cycles
     /// (`HOROVOD_CYCLE_TIME`, default 1 ms). Shorter lowers latency, longer
     /// fuses more tensors per cycle.
+    #[serde(rename = "cycle_time_ms", with = "crate::millis")]
     pub cycle_time: Duration,
     /// Most bytes fused into one allreduce (`HOROVOD_FUSION_THRESHOLD`,
     /// default 128 MiB); 0 turns fusion off. Rank 0's value is used.
+    #[serde(rename = "fusion_threshold_bytes")]
     pub fusion_threshold: usize,
     /// A tensor submitted by some ranks and not others for this long is
     /// logged with the missing ranks, and again every period
     /// (`HOROVOD_STALL_CHECK_TIME_SECONDS`, default 60 s); zero turns it off.
+    #[serde(rename = "stall_warning_ms", with = "crate::millis")]
     pub stall_warning: Duration,
     /// A tensor submitted by some ranks and not others for this long fails
     /// on every rank with an error naming the missing ranks
@@ -33,6 +41,7 @@ pub struct EngineConfig {
     /// otherwise hold every executor of the barrier stage forever; 600 s is
     /// far above any honest skew between ranks and matches the
     /// communicator's default per-read timeout. Rank 0's value decides.
+    #[serde(rename = "stall_timeout_ms", with = "crate::millis")]
     pub stall_timeout: Duration,
     /// Responses kept in the response cache (`HOROVOD_CACHE_CAPACITY`,
     /// default 1024); 0 turns the cache off. Rank 0's value is used.
@@ -51,49 +60,14 @@ impl Default for EngineConfig {
     }
 }
 
-impl EngineConfig {
-    /// Parses `key=value` lines (blank lines ignored) over the defaults.
-    /// Keys: `cycle_time_ms`, `fusion_threshold_bytes`, `stall_warning_ms`,
-    /// `stall_timeout_ms`, `cache_capacity`; values are non-negative
-    /// integers.
-    ///
-    /// # Errors
-    /// `InvalidArgument` naming the line for an unknown key, a line without
-    /// `=`, or a value that is not a non-negative integer.
-    pub fn parse(text: &str) -> Result<EngineConfig> {
-        let mut config = EngineConfig::default();
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            let invalid =
-                |why: &str| Error::InvalidArgument(format!("engine config line {line:?}: {why}"));
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| invalid("expected key=value"))?;
-            let number: u64 = value
-                .trim()
-                .parse()
-                .map_err(|_| invalid("the value is not a non-negative integer"))?;
-            let size = || usize::try_from(number).map_err(|_| invalid("the value is too large"));
-            match key.trim() {
-                "cycle_time_ms" => config.cycle_time = Duration::from_millis(number),
-                "fusion_threshold_bytes" => config.fusion_threshold = size()?,
-                "stall_warning_ms" => config.stall_warning = Duration::from_millis(number),
-                "stall_timeout_ms" => config.stall_timeout = Duration::from_millis(number),
-                "cache_capacity" => config.cache_capacity = size()?,
-                _ => return Err(invalid("unknown key")),
-            }
-        }
-        Ok(config)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn parse_overrides_defaults_and_names_bad_lines() {
-        let config = EngineConfig::parse(
-            "cycle_time_ms=5\nfusion_threshold_bytes=1024\n\nstall_warning_ms=0\nstall_timeout_ms=2000\n",
+    fn json_fields_override_defaults_and_unknown_ones_are_refused() {
+        let config: EngineConfig = serde_json::from_str(
+            r#"{"cycle_time_ms": 5, "fusion_threshold_bytes": 1024, "stall_warning_ms": 0, "stall_timeout_ms": 2000}"#,
         )
         .unwrap();
         assert_eq!(
@@ -106,13 +80,15 @@ mod tests {
                 ..EngineConfig::default()
             }
         );
-        assert_eq!(EngineConfig::parse("").unwrap(), EngineConfig::default());
-        let err = EngineConfig::parse("cycle_time=5").unwrap_err();
         assert_eq!(
-            err.to_string(),
-            "invalid argument: engine config line \"cycle_time=5\": unknown key"
+            serde_json::from_str::<EngineConfig>("{}").unwrap(),
+            EngineConfig::default()
         );
-        assert!(EngineConfig::parse("cache_capacity=-1").is_err());
-        assert!(EngineConfig::parse("cache_capacity").is_err());
+        let err = serde_json::from_str::<EngineConfig>(r#"{"cycle_time": 5}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `cycle_time`"),
+            "{err}"
+        );
+        assert!(serde_json::from_str::<EngineConfig>(r#"{"cache_capacity": -1}"#).is_err());
     }
 }

@@ -110,7 +110,6 @@ class BarrierJob:
 
     def __enter__(self):
         from horovod_rs import _native
-        from horovod_rs.common.basics import DEFAULT_CONNECT_TIMEOUT_S, _engine_config
         from horovod_rs.spark.common.output import OutputServer
 
         await_slots(self.sc, self.num_proc, self._start_timeout)
@@ -122,11 +121,11 @@ class BarrierJob:
             token = secrets.token_hex(16)
             self._output = OutputServer(token, **self._output_options)
             output_address = "%s:%d" % (host, self._output.port)
-        settings = dict(os.environ, **self._env)
+        # Horovod's knobs set on the driver reach the ranks, as in Horovod; ``env`` wins over them.
+        env = {name: os.environ[name] for name in _native.spec_variables() if name in os.environ}
+        env.update(self._env)
         self.ranks = RankContext(
-            size=self.num_proc, rendezvous="%s:%d" % (host, self._service.port()), secret=secret, env=self._env,
-            engine_config=_engine_config(settings),
-            connect_timeout=float(settings.get("HOROVOD_RS_CONNECT_TIMEOUT_SECONDS", DEFAULT_CONNECT_TIMEOUT_S)),
+            size=self.num_proc, rendezvous="%s:%d" % (host, self._service.port()), secret=secret, env=env,
             output_address=output_address, output_token=token)
         return self
 
@@ -173,9 +172,8 @@ def _spark_failure(error):
 class RankContext:
     """What each task needs to join the job (shipped inside the task's closure)."""
 
-    def __init__(self, size, rendezvous, secret, env, engine_config, connect_timeout, output_address, output_token):
+    def __init__(self, size, rendezvous, secret, env, output_address, output_token):
         self.size, self.rendezvous, self.secret, self.env = size, rendezvous, secret, env
-        self.engine_config, self.connect_timeout = engine_config, connect_timeout
         self.output_address, self.output_token = output_address, output_token
 
     def outcome(self, fn, *args, **kwargs):
@@ -201,10 +199,7 @@ class RankContext:
 
         ctx = BarrierTaskContext.get()
         rank = ctx.partitionId()
-        hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
-        host = hosts[rank]
-        local_rank, local_size = hosts[:rank].count(host), hosts.count(host)
-        peers = [h for i, h in enumerate(hosts) if hosts[:i].count(h) == local_rank]  # one per host, by first rank
+        host = ctx.getTaskInfos()[rank].address.rsplit(":", 1)[0]
         gpus = ctx.resources().get("gpu")
         saved = dict(os.environ)
         os.environ.update(self.env)
@@ -213,10 +208,8 @@ class RankContext:
             output = forward_output(self.output_address, self.output_token, rank) if self.output_address \
                 else _nothing()
             with output:
-                basics.init_rank(basics.RankSpec(
-                    rank, self.size, self.rendezvous, self.secret, host=host, local_rank=local_rank,
-                    local_size=local_size, cross_rank=peers.index(host), cross_size=len(peers),
-                    connect_timeout=self.connect_timeout, engine_config=self.engine_config))
+                # Horovod's variables among the job's environment (set above) fill in the knobs.
+                basics.init_rank(basics.RankSpec(rank, self.size, self.rendezvous, self.secret, host=host))
                 try:
                     yield rank
                 finally:

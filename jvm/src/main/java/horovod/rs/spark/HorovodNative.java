@@ -35,12 +35,14 @@ final class HorovodNative {
     static native void closeListener(long listener);
 
     /**
-     * Connects this rank to all others; consumes the listener handle even when it fails.
+     * Joins the job: exchanges addresses, connects to every rank, starts the engine.
      *
-     * @param addresses one {@code host:port} per rank, in rank order, separated by newlines
+     * @param listener this rank's listener, consumed even when joining fails; 0 when joining through
+     *     the driver's service, which binds one itself
+     * @param spec the rank's {@link RankSpec} as JSON
+     * @return the engine's handle, then the local rank, local size, cross rank and cross size
      */
-    static native long connect(
-            long listener, int rank, String addresses, byte[] secret, long connectTimeoutMs, long ioTimeoutMs);
+    static native long[] join(long listener, String spec, byte[] secret);
 
     /** Starts the driver's rendezvous service for a job of {@code size} ranks; returns its handle. */
     static native long startRendezvousService(String bindAddress, byte[] secret, int size);
@@ -48,23 +50,6 @@ final class HorovodNative {
     static native int rendezvousServicePort(long service);
 
     static native void stopRendezvousService(long service);
-
-    /**
-     * Registers this rank's entry with the driver's service and waits for every rank's.
-     *
-     * @return the entries in rank order, separated by newlines
-     */
-    static native String exchangeEntries(String serviceAddress, byte[] secret, int rank, int size, int attempt,
-            String entry, long timeoutMs);
-
-    static native void closeCommunicator(long communicator);
-
-    /**
-     * Starts this rank's engine; consumes the communicator handle even when it fails.
-     *
-     * @param config the engine's knobs, {@code key=value} per line ({@link HorovodRunOptions#engineConfig()})
-     */
-    static native long engineStart(long communicator, String config);
 
     /** Stops the engine on every rank and waits for this rank's engine thread. */
     static native void engineClose(long engine);

@@ -144,17 +144,6 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
         return stallTimeout;
     }
 
-    /**
-     * The engine's knobs as the native side parses them: {@code key=value} per line, one
-     * argument across JNI however many knobs there are.
-     */
-    String engineConfig() {
-        return "cycle_time_ms=" + cycleTime.toMillis() + "\n"
-                + "fusion_threshold_bytes=" + fusionThresholdBytes + "\n"
-                + "stall_warning_ms=" + stallWarning.toMillis() + "\n"
-                + "stall_timeout_ms=" + stallTimeout.toMillis() + "\n";
-    }
-
     /** A copy of these options with {@code change} applied, checked. */
     private HorovodRunOptions with(Consumer<HorovodRunOptions> change) {
         HorovodRunOptions copy;

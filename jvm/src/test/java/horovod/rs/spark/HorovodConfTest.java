@@ -33,9 +33,13 @@ public class HorovodConfTest {
     }
 
     @Test
-    public void engineKnobsTravelAsOneConfigText() {
-        assertEquals("cycle_time_ms=1\nfusion_threshold_bytes=134217728\nstall_warning_ms=60000\n"
-                + "stall_timeout_ms=600000\n", HorovodRunOptions.fromConf(new SparkConf(false)).engineConfig());
+    public void engineKnobsTravelInTheRankSpec() {
+        assertEquals("{\"rank\":1,\"size\":2,\"rendezvous\":{\"service\":{\"address\":\"driver:7\","
+                + "\"host\":\"exec\\\"1\",\"attempt\":3}},\"connect_timeout_ms\":120000,"
+                + "\"collective_timeout_ms\":600000,\"engine\":{\"cycle_time_ms\":1,"
+                + "\"fusion_threshold_bytes\":134217728,\"stall_warning_ms\":60000,\"stall_timeout_ms\":600000}}",
+                RankSpec.throughService(1, 2, "driver:7", "exec\"1", 3,
+                        HorovodRunOptions.fromConf(new SparkConf(false))));
         SparkConf conf = new SparkConf(false)
                 .set("spark.horovod.rs.fusionThreshold", "64m")
                 .set("spark.horovod.rs.cycleTime", "5ms")
@@ -43,8 +47,10 @@ public class HorovodConfTest {
                 .set("spark.horovod.rs.stallTimeout", "2min");
         HorovodRunOptions options = HorovodRunOptions.fromConf(conf);
         assertEquals(64L << 20, options.fusionThresholdBytes());
-        assertEquals("cycle_time_ms=5\nfusion_threshold_bytes=67108864\nstall_warning_ms=0\n"
-                + "stall_timeout_ms=120000\n", options.engineConfig());
+        assertTrue(RankSpec.withEntries(0, java.util.List.of("a:1"), options).endsWith(
+                "\"rendezvous\":{\"entries\":[\"a:1\"]},\"connect_timeout_ms\":120000,"
+                + "\"collective_timeout_ms\":600000,\"engine\":{\"cycle_time_ms\":5,"
+                + "\"fusion_threshold_bytes\":67108864,\"stall_warning_ms\":0,\"stall_timeout_ms\":120000}}"));
         assertEquals(Duration.ofSeconds(3), options.withStallTimeout(Duration.ofSeconds(3)).stallTimeout());
         assertEquals(Duration.ofMinutes(2), options.stallTimeout());
     }

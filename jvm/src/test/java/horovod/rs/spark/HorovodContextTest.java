@@ -17,9 +17,6 @@ import org.junit.Test;
 
 /** The JNI path in one JVM: ranks on threads, each with its engine, talking over loopback TCP. */
 public class HorovodContextTest {
-    /** Engine knobs for tests: a short stall timeout, so a missing tensor fails within the test. */
-    private static final String ENGINE_CONFIG = HorovodRunOptions.fromConf(new org.apache.spark.SparkConf(false))
-            .withStallTimeout(java.time.Duration.ofSeconds(5)).engineConfig();
     private static final byte[] SECRET = "unit-test-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8);
     private static final ExecutorService POOL = Executors.newCachedThreadPool();
 
@@ -59,9 +56,9 @@ public class HorovodContextTest {
 
     @Test
     public void aClosedEngineSaysSo() throws Exception {
-        NativeCommunicator.Listener listener = new NativeCommunicator.Listener("127.0.0.1:0");
-        NativeEngine engine = listener.connect(0, List.of("127.0.0.1:" + listener.port()), SECRET, 1_000, 1_000)
-                .startEngine(ENGINE_CONFIG);
+        NativeListener listener = new NativeListener("127.0.0.1:0");
+        NativeEngine engine = listener.join(RankSpec.withEntries(0, List.of("127.0.0.1:" + listener.port()),
+                LoopbackRanks.OPTIONS), SECRET).engine;
         HorovodContext ctx = new HorovodContext(0, 1, 0, 1, List.of(), engine);
         assertArrayEquals(new double[] {7}, ctx.allreduce(new double[] {7}, ReduceOp.SUM), 0.0);
         engine.close();

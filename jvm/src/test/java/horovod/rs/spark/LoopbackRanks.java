@@ -11,8 +11,10 @@ import java.util.function.Function;
 
 /** Ranks of one job as threads of this JVM, connected over loopback TCP, for unit tests. */
 final class LoopbackRanks {
-    static final String ENGINE_CONFIG = HorovodRunOptions.fromConf(new org.apache.spark.SparkConf(false))
-            .engineConfig();
+    /** Spark's defaults, with timeouts short enough for a failing test to end soon. */
+    static final HorovodRunOptions OPTIONS = HorovodRunOptions.fromConf(new org.apache.spark.SparkConf(false))
+            .withConnectTimeout(java.time.Duration.ofSeconds(5))
+            .withCollectiveTimeout(java.time.Duration.ofSeconds(5));
     static final byte[] SECRET = "unit-test-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8);
     private static final ExecutorService POOL = Executors.newCachedThreadPool(runnable -> {
         Thread thread = new Thread(runnable, "loopback-rank");
@@ -31,10 +33,10 @@ final class LoopbackRanks {
 
     /** {@code body} on each of {@code size} ranks, rank r proving {@code secrets[r]}; results in rank order. */
     static <T> List<T> run(int size, byte[][] secrets, Function<HorovodContext, T> body) throws Exception {
-        List<NativeCommunicator.Listener> listeners = new ArrayList<>();
+        List<NativeListener> listeners = new ArrayList<>();
         List<String> addresses = new ArrayList<>();
         for (int r = 0; r < size; r++) {
-            NativeCommunicator.Listener listener = new NativeCommunicator.Listener("127.0.0.1:0");
+            NativeListener listener = new NativeListener("127.0.0.1:0");
             listeners.add(listener);
             addresses.add("127.0.0.1:" + listener.port());
         }
@@ -42,9 +44,11 @@ final class LoopbackRanks {
         for (int r = 0; r < size; r++) {
             int rank = r;
             futures.add(POOL.submit(() -> {
-                try (NativeEngine engine = listeners.get(rank).connect(rank, addresses, secrets[rank], 5_000, 5_000)
-                        .startEngine(ENGINE_CONFIG)) {
-                    return body.apply(new HorovodContext(rank, size, rank, size, List.of(), engine));
+                JoinedRank joined = listeners.get(rank).join(
+                        RankSpec.withEntries(rank, addresses, OPTIONS), secrets[rank]);
+                try (NativeEngine engine = joined.engine) {
+                    return body.apply(new HorovodContext(
+                            rank, size, joined.localRank, joined.localSize, List.of(), engine));
                 }
             }));
         }

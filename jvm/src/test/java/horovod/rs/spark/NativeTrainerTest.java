@@ -26,8 +26,6 @@ import org.junit.Test;
  * through their engines, checkpoints, the saved model and predictions.
  */
 public class NativeTrainerTest {
-    private static final String ENGINE_CONFIG = HorovodRunOptions.fromConf(new org.apache.spark.SparkConf(false))
-            .withStallTimeout(java.time.Duration.ofSeconds(5)).engineConfig();
     private static final byte[] SECRET = "unit-test-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8);
     private static final ExecutorService POOL = Executors.newCachedThreadPool();
     private static final StructType SCHEMA = new StructType()
