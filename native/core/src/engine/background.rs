@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 
 use super::coordinator::Coordinator;
+use super::device::DeviceBackend;
 use super::fusion::{Batch, FusionBuffer};
 use super::handle::{self, Completer};
 use super::message::ReadyResponse;
@@ -43,13 +44,38 @@ use super::payload::Payload;
 use super::request::{Operation, Output, Request};
 use super::transport::Transport;
 use crate::collectives::AllreduceOptions;
-use crate::nccl::NcclCommunicator;
 
 /// Longest wait of an idle rank between cycles (it cycles at once when a
 /// command arrives). Other ranks' tensors cannot complete without this
 /// rank's submission anyway; the wait only paces the coordinator's stall
 /// checks and spares an idle job a collective every `cycle_time`.
 const IDLE_CYCLE: Duration = Duration::from_millis(10);
+
+/// Where a batch runs. Asked in [`BACKENDS`]' order, the first that takes a
+/// batch runs it (Horovod's operation manager, without its build-time
+/// matrix: a build without NCCL still has the backend, which fails GPU
+/// tensors naming why).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    /// GPU tensors, through NCCL ([`DeviceBackend`]).
+    Device,
+    /// Host memory, through the transport (fused where the plan says so).
+    Host,
+}
+
+const BACKENDS: [Backend; 2] = [Backend::Device, Backend::Host];
+
+impl Backend {
+    /// The backend of `batch`: every response of a batch agrees where its
+    /// data is (`fusion::plan` never fuses GPU tensors).
+    fn of(batch: &Batch) -> Backend {
+        let takes = |backend: &Backend| match backend {
+            Backend::Device => batch.responses[0].meta.on_device,
+            Backend::Host => true,
+        };
+        BACKENDS.into_iter().find(takes).unwrap_or(Backend::Host)
+    }
+}
 
 /// A request and the completer of its handle.
 pub(crate) struct Submission {
@@ -80,10 +106,8 @@ pub(crate) struct Background<T: Transport> {
     /// A shutdown (or every sender gone) seen while waiting for a
     /// submission, for the next `take_commands`.
     pub early_shutdown: bool,
-    /// NCCL for GPU tensors, set up at the first one (on every rank at the
-    /// same point); a setup error is kept and fails every later GPU tensor
-    /// the same way on every rank.
-    pub nccl: Option<Result<NcclCommunicator>>,
+    /// The backend of GPU tensors.
+    pub device: DeviceBackend,
 }
 
 impl<T: Transport> Background<T> {
@@ -254,16 +278,17 @@ impl<T: Transport> Background<T> {
             };
             submissions.push(submission);
         }
-        let result = if batch.responses[0].meta.on_device {
+        let result = match Backend::of(&batch) {
             // Never fused (`fusion::plan`), never stood in for (the
             // coordinator refuses GPU tensors while a rank has joined).
-            self.execute_on_device(&mut submissions[0].request)
-                .map(|output| vec![output])
-        } else if batch.responses.len() == 1 {
-            self.execute_one(&batch.responses[0], &mut submissions[0].request)
-                .map(|output| vec![output])
-        } else {
-            self.execute_fused(&batch, &mut submissions)
+            Backend::Device => self
+                .device
+                .execute(&mut self.transport, &mut submissions[0].request)
+                .map(|output| vec![output]),
+            Backend::Host if batch.responses.len() == 1 => self
+                .execute_one(&batch.responses[0], &mut submissions[0].request)
+                .map(|output| vec![output]),
+            Backend::Host => self.execute_fused(&batch, &mut submissions),
         };
         match result {
             Ok(outputs) => {
@@ -341,70 +366,6 @@ impl<T: Transport> Background<T> {
             }
         };
         Ok(Output { data, shape })
-    }
-
-    /// Enqueues a GPU tensor's allreduce or broadcast with NCCL on the
-    /// caller's stream; the handle completes once it is enqueued (work the
-    /// caller enqueues on that stream afterwards sees the result).
-    fn execute_on_device(&mut self, request: &mut Request) -> Result<Output> {
-        let Some(buffer) = request.data.device_buffer() else {
-            return Err(Error::ControlMessage {
-                detail: format!(
-                    "'{}' was negotiated as a GPU tensor but is on the host here",
-                    request.name
-                ),
-            });
-        };
-        let (ptr, stream, count) = (buffer.ptr, buffer.stream, buffer.len / request.dtype.size());
-        let nccl = self.nccl(buffer.device)?;
-        match request.operation {
-            Operation::Allreduce { op, .. } => {
-                // SAFETY: `Payload::device`'s contract: `count` elements of
-                // the communicator's device (checked by `nccl`), allocated
-                // until the stream's work completes, unwritten meanwhile.
-                unsafe { nccl.allreduce(ptr, ptr, count, request.dtype, op, stream)? }
-            }
-            Operation::Broadcast { root } => {
-                // SAFETY: as above.
-                unsafe { nccl.broadcast(ptr, ptr, count, request.dtype, root, stream)? }
-            }
-            ref other => {
-                return Err(Error::Unsupported {
-                    what: format!("{} of a GPU tensor", other.kind()),
-                })
-            }
-        }
-        Ok(Output {
-            data: std::mem::take(&mut request.data),
-            shape: request.shape.clone(),
-        })
-    }
-
-    /// The NCCL communicator for `device`, set up on first use.
-    fn nccl(&mut self, device: usize) -> Result<&mut NcclCommunicator> {
-        let transport = &mut self.transport;
-        let setup = self.nccl.get_or_insert_with(|| {
-            let setup = transport.nccl(device);
-            if let Err(error) = &setup {
-                warn!(
-                    "rank {}: no NCCL for GPU tensors: {error}",
-                    transport.rank()
-                );
-            }
-            setup
-        });
-        match setup {
-            Ok(nccl) => {
-                let ordinal = nccl.device_ordinal();
-                if ordinal != device {
-                    return Err(Error::InvalidArgument(format!(
-                        "a GPU tensor on cuda:{device}, but this rank's NCCL communicator is on cuda:{ordinal}"
-                    )));
-                }
-                Ok(nccl)
-            }
-            Err(error) => Err(error.duplicate()),
-        }
     }
 
     /// Copies the batch into the fusion buffer, reduces it once, copies the

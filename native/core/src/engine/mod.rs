@@ -18,7 +18,8 @@
 //! with the tensors every rank now has, in order, fails those whose metadata
 //! disagree across ranks naming the ranks, and warns about and finally fails
 //! those some ranks never submit (module `stall`). Every rank then fuses
-//! (module `fusion`) and executes the same batches on its [`Transport`].
+//! (module `fusion`) and executes the same batches: GPU tensors with NCCL
+//! (module `device`), the rest on its [`Transport`].
 //!
 //! Invariant: every rank executes the same responses in the same order. The
 //! negotiation is a sans-IO state machine (no sockets, no clock reads),
@@ -32,6 +33,7 @@
 mod background;
 mod config;
 mod coordinator;
+mod device;
 mod fusion;
 mod handle;
 mod local_transport;
@@ -55,6 +57,7 @@ use crate::error::{Error, Result};
 
 use background::{Background, Command, StopCause, Submission};
 use coordinator::Coordinator;
+use device::DeviceBackend;
 use fusion::FusionBuffer;
 use message::Settings;
 use negotiation::RankState;
@@ -137,7 +140,7 @@ impl Engine {
             tensors: Default::default(),
             fusion: FusionBuffer::default(),
             early_shutdown: false,
-            nccl: None,
+            device: DeviceBackend::default(),
         };
         let thread = thread::Builder::new()
             .name(format!("{THREAD_NAME_PREFIX}{rank}"))
