@@ -125,6 +125,7 @@ jar-release:
 
 # The NCCL backend (feature `cuda`) is linted too: it builds without CUDA.
 lint:
+	python3 scripts/module_graph.py --check native/core/src
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p horovod-core --features cuda --all-targets -- -D warnings

@@ -30,7 +30,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use horovod_core::{
-    connect, exchange_entries, CommConfig, Listener, ReduceOp, RendezvousService, Transport,
+    connect, exchange_entries, CommConfig, Listener, ReduceOp, RendezvousService, TransportPolicy,
     TLS_VARIABLE,
 };
 
@@ -237,9 +237,9 @@ fn run_rank(rank: &str) -> Result<(), String> {
         connect_timeout: TIMEOUT,
         io_timeout: TIMEOUT,
         transport: if mode == Mode::Tcp {
-            Transport::Tcp
+            TransportPolicy::Tcp
         } else {
-            Transport::Auto
+            TransportPolicy::Auto
         },
         tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())
             .map_err(|e| e.to_string())?,

@@ -3,8 +3,8 @@
 //! Allreduce runs through shared memory when every rank is on this host
 //! ([`crate::shm`]) and over TCP otherwise ([`crate::tcp`], which picks an
 //! algorithm by message size). Barrier is a dissemination barrier over the
-//! links. [`segment`] is the split of data into per-rank segments that the
-//! ring, the owners algorithm and reducescatter share.
+//! links ([`Mesh`]). Ranks on several hosts with some sharing one reduce
+//! through the levels of [`hierarchy`], which are communicators themselves.
 //!
 //! Every collective starts with a header exchange ([`crate::wire::Header`]) so
 //! that ranks calling different collectives fail with `Mismatch`. After any
@@ -12,61 +12,19 @@
 //! fast with `PeerLost` instead of waiting for a timeout, and later calls
 //! return `Unusable`.
 
-use std::ops::Range;
-use std::time::Duration;
-
 use log::debug;
 
+pub(crate) mod hierarchy;
+
+use crate::config::CommConfig;
 use crate::error::{Error, Result};
-use crate::hierarchy::Hierarchy;
 use crate::link::Link;
+use crate::mesh::Mesh;
 use crate::reduce::{Element, ReduceOp};
-use crate::shm::ShmTransport;
+use crate::shm::{self, ShmTransport};
 use crate::tcp;
-use crate::wire::{Header, Kind, HEADER_LEN};
-
-/// Which transport the collectives of a communicator use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Transport {
-    /// Shared memory when every rank is on this host (all addresses have the
-    /// same host part), TCP otherwise.
-    #[default]
-    Auto,
-    /// TCP between all ranks, even on one host.
-    Tcp,
-    /// As `Auto` on one host; across hosts flat TCP between all ranks,
-    /// never the hierarchical allreduce (Horovod's
-    /// `HOROVOD_HIERARCHICAL_ALLREDUCE=0`).
-    Flat,
-}
-
-/// Timeouts and transport of rendezvous and of collectives.
-#[derive(Clone, Debug)]
-pub struct CommConfig {
-    /// How long `connect` waits, in total, for all peers to connect and
-    /// authenticate.
-    pub connect_timeout: Duration,
-    /// How long a single read or write on a connection may block.
-    pub io_timeout: Duration,
-    /// Which transport collectives use; every rank must be given the same.
-    pub transport: Transport,
-    /// Whether the links are encrypted (TLS 1.3, `HOROVOD_RS_TLS`);
-    /// every rank must be given the same.
-    pub tls: bool,
-}
-
-impl Default for CommConfig {
-    /// 120 s to connect, 600 s per read or write, [`Transport::Auto`],
-    /// not encrypted.
-    fn default() -> Self {
-        CommConfig {
-            connect_timeout: Duration::from_secs(120),
-            io_timeout: Duration::from_secs(600),
-            transport: Transport::Auto,
-            tls: false,
-        }
-    }
-}
+use crate::wire::{Header, Kind};
+use hierarchy::Hierarchy;
 
 /// One rank's end of an authenticated full mesh among `size` ranks.
 ///
@@ -74,10 +32,8 @@ impl Default for CommConfig {
 /// `PeerLost` naming this rank.
 #[derive(Debug)]
 pub struct Communicator {
-    rank: usize,
-    size: usize,
-    /// `links[r]` is the connection to rank `r`; `None` at this rank's index.
-    links: Vec<Option<Link>>,
+    /// The links to every other rank.
+    mesh: Mesh,
     /// Number of collectives started, the sequence number of the next one.
     pub(crate) seq: u64,
     /// Message of the failure that broke this communicator.
@@ -86,7 +42,7 @@ pub struct Communicator {
     /// collectives then use it instead of the links.
     shm: Option<ShmTransport>,
     /// Per-host and cross-host levels for allreduce, when the ranks span
-    /// several hosts and share some ([`crate::hierarchy`]).
+    /// several hosts and share some ([`hierarchy`]).
     hierarchy: Option<Box<Hierarchy>>,
 }
 
@@ -96,9 +52,7 @@ impl Communicator {
     pub(crate) fn new(rank: usize, size: usize, links: Vec<Option<Link>>) -> Communicator {
         debug_assert_eq!(links.len(), size);
         Communicator {
-            rank,
-            size,
-            links,
+            mesh: Mesh::new(rank, links),
             seq: 0,
             failure: None,
             shm: None,
@@ -106,14 +60,41 @@ impl Communicator {
         }
     }
 
+    /// The communicator of `rank` over `links` (a link to each rank of
+    /// `addresses` but this one), on what `config`'s policy and the ranks'
+    /// hosts allow: shared memory when every rank is on this host, else the
+    /// hierarchical levels where they help, else TCP. Every rank calls it at
+    /// the same point: the ranks agree over the links.
+    pub(crate) fn over_links(
+        rank: usize,
+        links: Vec<Option<Link>>,
+        addresses: &[String],
+        config: &CommConfig,
+    ) -> Result<Communicator> {
+        let shm = shm::negotiate(rank, &links, addresses, config)?;
+        let hierarchy = match shm {
+            Some(_) => None,
+            None => Hierarchy::build(rank, &links, addresses, config)?,
+        };
+        debug!(
+            "rank {rank}: connected to all {} ranks; shared memory: {}; hierarchical: {}",
+            addresses.len(),
+            shm.is_some(),
+            hierarchy.is_some()
+        );
+        Ok(Communicator::new(rank, addresses.len(), links)
+            .with_shm(shm)
+            .with_hierarchy(hierarchy))
+    }
+
     /// This communicator, running its collectives through `shm` if given.
-    pub(crate) fn with_shm(mut self, shm: Option<ShmTransport>) -> Communicator {
+    fn with_shm(mut self, shm: Option<ShmTransport>) -> Communicator {
         self.shm = shm;
         self
     }
 
     /// This communicator, running allreduce through `hierarchy` if given.
-    pub(crate) fn with_hierarchy(mut self, hierarchy: Option<Hierarchy>) -> Communicator {
+    fn with_hierarchy(mut self, hierarchy: Option<Hierarchy>) -> Communicator {
         self.hierarchy = hierarchy.map(Box::new);
         self
     }
@@ -133,12 +114,12 @@ impl Communicator {
 
     /// This rank, in `0..size`.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.mesh.rank()
     }
 
     /// Number of ranks in the job.
     pub fn size(&self) -> usize {
-        self.size
+        self.mesh.size()
     }
 
     /// Reduces `data` element-wise across all ranks with `op`, in place:
@@ -152,16 +133,16 @@ impl Communicator {
     /// closed.
     pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
         self.check_usable()?;
-        if self.size == 1 {
+        if self.size() == 1 {
             return Ok(());
         }
         let header = Header::allreduce(self.seq, T::CODE, op, data.len());
         self.seq += 1;
         let result = match (&mut self.shm, &mut self.hierarchy) {
-            (Some(shm), _) => shm.allreduce(&self.links, data, op, &header),
+            (Some(shm), _) => shm.allreduce(self.mesh.links(), data, op, &header),
             // The levels exchange headers of their own.
             (None, Some(hierarchy)) => hierarchy.allreduce(data, op),
-            (None, None) => tcp::allreduce(self, data, op, &header),
+            (None, None) => tcp::allreduce(&self.mesh, data, op, &header),
         };
         self.settle(result)
     }
@@ -199,13 +180,13 @@ impl Communicator {
         run: impl FnOnce(&mut ShmTransport, &[Option<Link>], &Header) -> Result<()>,
     ) -> Result<()> {
         self.check_usable()?;
-        if self.size == 1 {
+        if self.size() == 1 {
             return Ok(());
         }
         let header = header(self.seq);
         self.seq += 1;
         let result = match &mut self.shm {
-            Some(shm) => run(shm, &self.links, &header),
+            Some(shm) => run(shm, self.mesh.links(), &header),
             None => Err(Error::Unusable {
                 cause: "shards are exchanged through shared memory, which this communicator lacks"
                     .into(),
@@ -217,13 +198,13 @@ impl Communicator {
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&mut self) -> Result<()> {
         self.check_usable()?;
-        if self.size == 1 {
+        if self.size() == 1 {
             return Ok(());
         }
         let header = Header::barrier(self.seq);
         self.seq += 1;
         let result = match &mut self.shm {
-            Some(shm) => shm.barrier(&self.links, &header),
+            Some(shm) => shm.barrier(self.mesh.links(), &header),
             None => self.dissemination_barrier(&header),
         };
         self.settle(result)
@@ -233,7 +214,7 @@ impl Communicator {
     /// and waits for rank `r - 2^k`; after `ceil(log2 size)` rounds every rank
     /// has transitively heard from every other.
     fn dissemination_barrier(&self, header: &Header) -> Result<()> {
-        let (n, r) = (self.size, self.rank);
+        let (n, r) = (self.size(), self.rank());
         let mut distance = 1;
         while distance < n {
             let to = self.link((r + distance) % n)?;
@@ -259,7 +240,7 @@ impl Communicator {
         if let Err(error) = &result {
             debug!(
                 "rank {}: collective failed, closing connections: {error}",
-                self.rank
+                self.rank()
             );
             self.failure = Some(error.to_string());
             self.close();
@@ -271,18 +252,11 @@ impl Communicator {
         if let Some(shm) = &self.shm {
             shm.abort();
         }
-        for link in self.links.iter().flatten() {
-            link.shutdown();
-        }
+        self.mesh.shutdown();
     }
 
     pub(crate) fn link(&self, rank: usize) -> Result<&Link> {
-        self.links
-            .get(rank)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Unusable {
-                cause: format!("rank {} has no connection to rank {rank}", self.rank),
-            })
+        self.mesh.link(rank)
     }
 }
 
@@ -295,46 +269,11 @@ impl Drop for Communicator {
     }
 }
 
-/// Range of segment `index` when `len` elements are split into `parts`
-/// contiguous segments: the first `len % parts` segments have one element
-/// more than the rest; segments may be empty.
-pub(crate) fn segment(len: usize, parts: usize, index: usize) -> Range<usize> {
-    debug_assert!(parts > 0 && index < parts);
-    let base = len / parts;
-    let extra = len % parts;
-    let start = index * base + index.min(extra);
-    let seg_len = base + usize::from(index < extra);
-    start..start + seg_len
-}
-
-/// Borrows two disjoint segments of `data`, one to read and one to write.
-pub(crate) fn split_pair<T>(
-    data: &mut [T],
-    read: Range<usize>,
-    write: Range<usize>,
-) -> (&[T], &mut [T]) {
-    if read.end <= write.start {
-        let (head, tail) = data.split_at_mut(write.start);
-        (&head[read], &mut tail[..write.end - write.start])
-    } else {
-        debug_assert!(write.end <= read.start, "segments overlap");
-        let (head, tail) = data.split_at_mut(read.start);
-        (&tail[..read.end - read.start], &mut head[write])
-    }
-}
-
 /// Sends `ours` on `to`, receives the header from `from`, and requires them
 /// to be equal.
 fn exchange_headers(to: &Link, from: &Link, ours: &Header, during: &str) -> Result<()> {
     to.send(&ours.encode(), during)?;
-    receive_header(from, ours, during)
-}
-
-/// Receives the header from `from` and requires it to equal `ours`.
-pub(crate) fn receive_header(from: &Link, ours: &Header, during: &str) -> Result<()> {
-    let mut bytes = [0u8; HEADER_LEN];
-    from.recv(&mut bytes, during)?;
-    tcp::pump::check_header(from.rank(), &bytes, ours)
+    from.receive_header(ours, during)
 }
 
 #[cfg(test)]
@@ -342,66 +281,7 @@ pub(crate) mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::thread;
-
-    #[test]
-    fn segments_cover_the_data_in_order() {
-        for len in [0, 1, 2, 3, 4, 5, 7, 8, 100, 1001] {
-            for parts in 1..=5 {
-                let mut next = 0;
-                let mut sizes = Vec::new();
-                for index in 0..parts {
-                    let range = segment(len, parts, index);
-                    assert_eq!(range.start, next, "len {len} parts {parts}");
-                    next = range.end;
-                    sizes.push(range.len());
-                }
-                assert_eq!(next, len);
-                let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
-                assert!(max - min <= 1, "unbalanced {sizes:?}");
-                assert_eq!(sizes[0], *max, "first segment is the largest");
-            }
-        }
-    }
-
-    #[test]
-    fn segments_of_short_data_are_empty_at_the_end() {
-        assert_eq!(segment(2, 4, 0), 0..1);
-        assert_eq!(segment(2, 4, 1), 1..2);
-        assert_eq!(segment(2, 4, 2), 2..2);
-        assert_eq!(segment(2, 4, 3), 2..2);
-        assert_eq!(segment(0, 3, 1), 0..0);
-    }
-
-    #[test]
-    fn split_pair_handles_both_orders_and_empty_segments() {
-        let mut data = [0, 1, 2, 3, 4];
-        let (read, write) = split_pair(&mut data, 0..2, 3..5);
-        assert_eq!(read, [0, 1]);
-        write[0] = 9;
-        let (read, write) = split_pair(&mut data, 3..5, 0..2);
-        assert_eq!(read, [9, 4]);
-        assert_eq!(write.len(), 2);
-        let (read, write) = split_pair(&mut data, 5..5, 5..5);
-        assert!(read.is_empty() && write.is_empty());
-        let (read, write) = split_pair(&mut data, 2..2, 2..4);
-        assert!(read.is_empty());
-        assert_eq!(write, [2, 9]);
-    }
-
-    /// A two-rank communicator pair over loopback, in one process, for unit
-    /// tests of code that runs on a communicator.
-    pub(crate) fn pair() -> (Communicator, Communicator) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (b, _) = listener.accept().unwrap();
-        let timeout = Duration::from_secs(10);
-        let comm = |rank: usize, stream| {
-            let mut links = vec![None, None];
-            links[1 - rank] = Some(Link::new(1 - rank, stream, timeout).unwrap());
-            Communicator::new(rank, 2, links)
-        };
-        (comm(0, a), comm(1, b))
-    }
+    use std::time::Duration;
 
     #[test]
     fn mismatched_calls_are_reported_and_break_the_communicator() {
@@ -455,5 +335,20 @@ pub(crate) mod tests {
             .iter()
             .enumerate()
             .all(|(i, v)| *v == (3 * i as i64) / 2));
+    }
+
+    /// A two-rank communicator pair over loopback, in one process, for unit
+    /// tests of code that runs on a communicator.
+    pub(crate) fn pair() -> (Communicator, Communicator) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (b, _) = listener.accept().unwrap();
+        let timeout = Duration::from_secs(10);
+        let comm = |rank: usize, stream| {
+            let mut links = vec![None, None];
+            links[1 - rank] = Some(Link::new(1 - rank, stream, timeout).unwrap());
+            Communicator::new(rank, 2, links)
+        };
+        (comm(0, a), comm(1, b))
     }
 }

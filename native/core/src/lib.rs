@@ -13,35 +13,43 @@
 //! through shared memory when every rank is on one host.
 //!
 //! Modules, one job each: `launch` (a rank's spec, Horovod's variables, and
-//! joining), `error` (what can fail), `auth` (HMAC
-//! challenge–response), `wire` (hello and header layouts), `handshake` (the
-//! authenticated exchange opening every connection), `rendezvous_service`
-//! (the driver's service gathering the ranks' addresses), `rendezvous`
-//! (listener, connect, the mesh), `link` (one
-//! connection and its error mapping), `communicator` (a rank's end of the
-//! mesh: allreduce and barrier), `tcp` (allreduce over TCP: direct, owners
-//! and pipelined ring), `shm` (allreduce and barrier through shared memory),
-//! `collectives` (the other collectives, one module each), `reduce`
-//! (operations and element types), `dtype` (element types at run time),
-//! `engine` (named asynchronous submissions negotiated across ranks, fused,
-//! run on a transport), `nccl` (GPU collectives through NCCL, with the
-//! `cuda` feature), `millis` (durations as milliseconds in JSON).
+//! joining), `error` (what can fail), `auth` (HMAC challenge–response),
+//! `wire` (hello and header layouts), `handshake` (the authenticated
+//! exchange opening every connection), `rendezvous_service` (the driver's
+//! service gathering the ranks' addresses), `rendezvous` (listener,
+//! connect: the mesh's links), `address` (the parts of "host:port"),
+//! `config` (timeouts, transport policy, encryption), `link` (one connection
+//! and its error mapping), `mesh` (a link to every rank), `communicator` (a
+//! rank's end of the mesh on the transports its policy and hosts allow:
+//! allreduce and barrier; its `hierarchy` levels), `tcp` (allreduce over
+//! TCP: direct, owners and pipelined ring), `shm` (allreduce and barrier
+//! through shared memory), `partition` (the split of data into per-rank
+//! segments), `collectives` (the other collectives, one module each),
+//! `reduce` (operations and element types), `dtype` (element types at run
+//! time), `engine` (named asynchronous submissions negotiated across ranks,
+//! fused, run on a transport or, for GPU tensors, NCCL), `nccl` (GPU
+//! collectives through NCCL, with the `cuda` feature), `millis` (durations
+//! as milliseconds in JSON). No two modules use each other, directly or
+//! through others (`scripts/module_graph.py --check`, part of `make lint`).
 
 #![warn(missing_docs)]
 
+mod address;
 mod auth;
 mod collectives;
 mod communicator;
+mod config;
 mod dtype;
 pub mod engine;
 mod error;
 mod handshake;
-mod hierarchy;
 pub mod launch;
 mod link;
 pub mod logging;
+mod mesh;
 mod millis;
 pub mod nccl;
+mod partition;
 mod reduce;
 mod rendezvous;
 mod rendezvous_service;
@@ -52,7 +60,8 @@ mod tls;
 mod wire;
 
 pub use collectives::{AllreduceOptions, Compression};
-pub use communicator::{CommConfig, Communicator, Transport};
+pub use communicator::Communicator;
+pub use config::{CommConfig, TransportPolicy};
 pub use dtype::DataType;
 pub use engine::{DeviceBuffer, Engine, EngineConfig, Handle, Operation, Output, Payload, Request};
 pub use error::{Error, Result};

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::spin::SpinBudget;
 use crate::tls::{Credentials, Session};
+use crate::wire::{check_header, Header, HEADER_LEN};
 
 /// An authenticated connection to peer `rank`.
 #[derive(Debug)]
@@ -127,6 +128,14 @@ impl Link {
         (&self.stream)
             .write_all(bytes)
             .map_err(|e| io_error(e, self.rank, during, self.io_timeout))
+    }
+
+    /// Receives the peer's header of a collective and requires it to equal
+    /// `ours`: ranks that called different collectives fail with `Mismatch`.
+    pub(crate) fn receive_header(&self, ours: &Header, during: &str) -> Result<()> {
+        let mut bytes = [0u8; HEADER_LEN];
+        self.recv(&mut bytes, during)?;
+        check_header(self.rank, &bytes, ours)
     }
 
     /// Fills `buf` from the peer.

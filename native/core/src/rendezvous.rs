@@ -30,13 +30,13 @@ use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
+use crate::address::host;
 use crate::auth::{self, Secret};
-use crate::communicator::{CommConfig, Communicator};
+use crate::communicator::Communicator;
+use crate::config::CommConfig;
 use crate::error::{Error, FirstError, Result};
 use crate::handshake::{self, Dialled};
-use crate::hierarchy::{host, Hierarchy};
 use crate::link::{io_error, Link};
-use crate::shm;
 use crate::spin;
 use crate::tls::{Credentials, TLS_VARIABLE};
 use crate::wire::{self, Hello, ACK, KIND_RANK, NATIVE_ENDIAN};
@@ -203,19 +203,7 @@ pub fn connect(
             }
         });
     }
-    let shm = shm::negotiate(rank, &links, addresses, config)?;
-    let hierarchy = match shm {
-        Some(_) => None,
-        None => Hierarchy::build(rank, &links, addresses, config)?,
-    };
-    debug!(
-        "rank {rank}: connected to all {size} ranks; shared memory: {}; hierarchical: {}",
-        shm.is_some(),
-        hierarchy.is_some()
-    );
-    Ok(Communicator::new(rank, size, links)
-        .with_shm(shm)
-        .with_hierarchy(hierarchy))
+    Communicator::over_links(rank, links, addresses, config)
 }
 
 /// Whether this host has a core for each of its ranks (those whose address

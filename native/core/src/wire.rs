@@ -19,6 +19,7 @@
 //! derive every message length from the header they agreed on.
 
 use crate::auth::NONCE_LEN;
+use crate::error::{Error, Result};
 use crate::reduce::{type_name, ReduceOp};
 
 /// First bytes of every hello.
@@ -323,6 +324,22 @@ impl Header {
         };
         format!("{what} as collective #{}", self.seq)
     }
+}
+
+/// Requires the header `bytes` received from rank `from` to equal `ours`.
+pub(crate) fn check_header(from: usize, bytes: &[u8; HEADER_LEN], ours: &Header) -> Result<()> {
+    let theirs = Header::decode(bytes);
+    if theirs != *ours {
+        return Err(Error::Mismatch {
+            rank: from,
+            detail: format!(
+                "it called {} while this rank called {}",
+                theirs.describe(),
+                ours.describe()
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

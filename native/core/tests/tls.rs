@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use horovod_core::{connect, CommConfig, Communicator, Listener, ReduceOp, Transport};
+use horovod_core::{connect, CommConfig, Communicator, Listener, ReduceOp, TransportPolicy};
 
 const SECRET: &[u8] = b"tls test secret";
 /// A value whose bytes are easy to find in a capture.
@@ -17,7 +17,7 @@ fn config(tls: bool) -> CommConfig {
     CommConfig {
         connect_timeout: Duration::from_secs(20),
         io_timeout: Duration::from_secs(20),
-        transport: Transport::Tcp,
+        transport: TransportPolicy::Tcp,
         tls,
     }
 }

@@ -8,8 +8,9 @@
 //! `size - 1` steps every rank holds every block, each copied byte for byte.
 
 use super::{blocks, send_recv};
-use crate::communicator::{split_pair, Communicator};
+use crate::communicator::Communicator;
 use crate::error::{Error, Result};
+use crate::partition::split_pair;
 use crate::reduce::{as_bytes, as_bytes_mut, Element};
 use crate::wire::{Header, Kind};
 

@@ -10,8 +10,9 @@
 //! contribution.
 
 use super::send_recv;
-use crate::communicator::{segment, Communicator};
+use crate::communicator::Communicator;
 use crate::error::Result;
+use crate::partition::segment;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::wire::{Header, Kind};
 

@@ -30,10 +30,11 @@
 //! fatal to the engine.
 
 use crate::collectives::AllreduceOptions;
-use crate::communicator::{segment, Communicator};
+use crate::communicator::Communicator;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::nccl::NcclCommunicator;
+use crate::partition::segment;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::with_dtype;
 

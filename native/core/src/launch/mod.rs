@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::communicator::{CommConfig, Communicator, Transport};
+use crate::communicator::Communicator;
+use crate::config::{CommConfig, TransportPolicy};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, Result};
 use crate::rendezvous::{connect, Listener};
@@ -148,9 +149,9 @@ impl RankSpec {
             connect_timeout: self.connect_timeout,
             io_timeout: self.collective_timeout,
             transport: if self.hierarchical_allreduce {
-                Transport::Auto
+                TransportPolicy::Auto
             } else {
-                Transport::Flat
+                TransportPolicy::Flat
             },
             tls: self.tls,
         }
@@ -277,7 +278,7 @@ mod tests {
                 },
             }
         );
-        assert_eq!(spec.comm_config().transport, Transport::Auto);
+        assert_eq!(spec.comm_config().transport, TransportPolicy::Auto);
     }
 
     #[test]

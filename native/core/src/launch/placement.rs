@@ -1,7 +1,7 @@
 //! Where a rank sits among the ranks of its job, from the hosts in their
 //! addresses: Horovod's local and cross ranks.
 
-use crate::hierarchy::host;
+use crate::address::host;
 
 /// A rank's local rank and size (among the ranks of its host) and cross
 /// rank and size (among the ranks of every host with its local rank).

@@ -47,9 +47,9 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::communicator::segment as part;
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::partition::segment as part;
 use crate::reduce::{Element, ReduceOp};
 use crate::spin::{self, SpinBudget};
 use crate::wire::{Header, HEADER_LEN};

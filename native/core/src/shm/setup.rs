@@ -19,9 +19,9 @@ use log::{debug, warn};
 
 use super::segment::{unlink, Segment};
 use super::{ShmTransport, SLOT_BYTES};
-use crate::communicator::{CommConfig, Transport};
+use crate::address::host;
+use crate::config::{CommConfig, TransportPolicy};
 use crate::error::{Error, Result};
-use crate::hierarchy::host;
 use crate::link::Link;
 
 const DURING: &str = "shared memory setup";
@@ -44,7 +44,7 @@ pub(crate) fn negotiate(
     config: &CommConfig,
 ) -> Result<Option<ShmTransport>> {
     let size = addresses.len();
-    let wants = config.transport != Transport::Tcp
+    let wants = config.transport != TransportPolicy::Tcp
         && addresses.iter().all(|a| host(a) == host(&addresses[rank]));
     let link = |peer: usize| {
         links[peer].as_ref().ok_or_else(|| Error::Unusable {

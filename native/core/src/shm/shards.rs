@@ -1,7 +1,7 @@
 //! Reduce-scatter and allgather of *shards* through shared memory, the two
 //! halves of an allreduce with work in between: the hierarchical allreduce
 //! reduces each shard within the host, lets the shard's owner reduce it
-//! across hosts, and gathers the results back ([`crate::hierarchy`]).
+//! across hosts, and gathers the results back ([`crate::communicator::hierarchy`]).
 //!
 //! Shard `k` of the data is `segment(len, size, k)`, owned by rank `k`. Both
 //! halves go in rounds of one slot: in round `c` each shard contributes its
@@ -23,9 +23,9 @@
 use std::ops::Range;
 
 use super::ShmTransport;
-use crate::communicator::segment as shard;
 use crate::error::Result;
 use crate::link::Link;
+use crate::partition::segment as shard;
 use crate::reduce::{Element, ReduceOp};
 use crate::wire::Header;
 

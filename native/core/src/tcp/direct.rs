@@ -8,8 +8,8 @@
 //! reduction of the same inputs in the same order, so the results are
 //! bit-identical.
 
-use crate::communicator::{receive_header, Communicator};
 use crate::error::Result;
+use crate::mesh::Mesh;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::wire::{Header, HEADER_LEN};
 
@@ -20,26 +20,26 @@ pub(crate) const DIRECT_MAX: usize = 4096 - HEADER_LEN;
 const DURING: &str = "allreduce";
 
 /// Allreduce of `data` (at most [`DIRECT_MAX`] bytes) among the ranks of
-/// `comm`.
+/// `mesh`.
 pub(crate) fn allreduce<T: Element>(
-    comm: &Communicator,
+    mesh: &Mesh,
     data: &mut [T],
     op: ReduceOp,
     header: &Header,
 ) -> Result<()> {
     debug_assert!(std::mem::size_of_val(data) <= DIRECT_MAX);
-    let (n, r, len) = (comm.size(), comm.rank(), data.len());
+    let (n, r, len) = (mesh.size(), mesh.rank(), data.len());
     let mut message = header.encode().to_vec();
     message.extend_from_slice(as_bytes(data));
     for step in 1..n {
-        comm.link((r + step) % n)?.send(&message, DURING)?;
+        mesh.link((r + step) % n)?.send(&message, DURING)?;
     }
     let mut inputs = vec![T::ZERO; n * len];
     inputs[r * len..(r + 1) * len].copy_from_slice(data);
     for step in 1..n {
         let from = (r + n - step) % n;
-        let link = comm.link(from)?;
-        receive_header(link, header, DURING)?;
+        let link = mesh.link(from)?;
+        link.receive_header(header, DURING)?;
         link.recv(
             as_bytes_mut(&mut inputs[from * len..(from + 1) * len]),
             DURING,

@@ -1,4 +1,4 @@
-//! Allreduce over TCP, for ranks on several hosts (or `Transport::Tcp`).
+//! Allreduce over TCP, for ranks on several hosts (or `TransportPolicy::Tcp`).
 //!
 //! Three algorithms, chosen by message size so that every rank picks the
 //! same one (all ranks reduce the same number of bytes):
@@ -21,8 +21,8 @@ pub(crate) mod owners;
 pub(crate) mod pump;
 pub(crate) mod ring;
 
-use crate::communicator::Communicator;
 use crate::error::Result;
+use crate::mesh::Mesh;
 use crate::reduce::{Element, ReduceOp};
 use crate::wire::Header;
 
@@ -31,25 +31,25 @@ use crate::wire::Header;
 /// at 64 KiB the owners' two hops.
 pub(crate) const OWNERS_MAX: usize = 512 << 10;
 
-/// Allreduce of `data` among the ranks of `comm` (at least two) over TCP.
+/// Allreduce of `data` among the ranks of `mesh` (at least two) over TCP.
 pub(crate) fn allreduce<T: Element>(
-    comm: &Communicator,
+    mesh: &Mesh,
     data: &mut [T],
     op: ReduceOp,
     header: &Header,
 ) -> Result<()> {
     let bytes = std::mem::size_of_val(data);
     if bytes <= direct::DIRECT_MAX {
-        direct::allreduce(comm, data, op, header)
+        direct::allreduce(mesh, data, op, header)
     } else if bytes <= OWNERS_MAX {
-        owners::allreduce(comm, data, op, header)
+        owners::allreduce(mesh, data, op, header)
     } else {
-        let (n, r) = (comm.size(), comm.rank());
+        let (n, r) = (mesh.size(), mesh.rank());
         let ring = ring::Ring {
             rank: r,
             size: n,
-            next: comm.link((r + 1) % n)?,
-            prev: comm.link((r + n - 1) % n)?,
+            next: mesh.link((r + 1) % n)?,
+            prev: mesh.link((r + n - 1) % n)?,
         };
         ring::allreduce(&ring, data, op, header)
     }

@@ -1,7 +1,7 @@
 //! Allreduce by direct reduce-scatter to owners, then direct allgather: two
 //! network hops whatever the number of ranks, for mid-sized messages.
 //!
-//! Rank `p` owns segment `p` of the data ([`crate::communicator::segment`]).
+//! Rank `p` owns segment `p` of the data ([`crate::partition::segment`]).
 //! In the first phase every rank sends each peer that peer's segment and
 //! receives every peer's copy of its own; it then reduces them in rank order.
 //! In the second phase it sends its reduced segment to every peer and
@@ -14,22 +14,23 @@
 //! `((x_0 op x_1) op x_2) ...` in rank order, and then copied byte for byte,
 //! so every rank ends bit-identical.
 
-use crate::communicator::{segment, Communicator};
 use crate::error::Result;
+use crate::mesh::Mesh;
+use crate::partition::segment;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::tcp::pump::{transfer, Flow};
 use crate::wire::Header;
 
 const DURING: &str = "allreduce";
 
-/// Allreduce of `data` among the ranks of `comm` (at least two).
+/// Allreduce of `data` among the ranks of `mesh` (at least two).
 pub(crate) fn allreduce<T: Element>(
-    comm: &Communicator,
+    mesh: &Mesh,
     data: &mut [T],
     op: ReduceOp,
     header: &Header,
 ) -> Result<()> {
-    let (n, r, len) = (comm.size(), comm.rank(), data.len());
+    let (n, r, len) = (mesh.size(), mesh.rank(), data.len());
     let mine = segment(len, n, r);
     // Every rank's contribution to segment `mine`, in rank order; ours stays
     // in `data` until the reduction.
@@ -41,7 +42,7 @@ pub(crate) fn allreduce<T: Element>(
         for (p, input) in inputs.iter_mut().enumerate() {
             if p != r {
                 flows.push(Flow::new(
-                    comm.link(p)?,
+                    mesh.link(p)?,
                     Some(header),
                     as_bytes(&data[segment(len, n, p)]),
                     as_bytes_mut(input),
@@ -96,7 +97,7 @@ pub(crate) fn allreduce<T: Element>(
             part
         };
         flows.push(Flow::new(
-            comm.link(p)?,
+            mesh.link(p)?,
             None,
             as_bytes(reduced),
             as_bytes_mut(into),

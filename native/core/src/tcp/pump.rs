@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::link::{io_error, Link};
-use crate::wire::{Header, HEADER_LEN};
+use crate::wire::{check_header, Header, HEADER_LEN};
 
 /// What a loop waits for on one link.
 pub(crate) struct Want<'a> {
@@ -135,22 +135,6 @@ impl<'a> HeaderSwap<'a> {
         }
         Ok(n > 0)
     }
-}
-
-/// Requires the header `bytes` received from rank `from` to equal `ours`.
-pub(crate) fn check_header(from: usize, bytes: &[u8; HEADER_LEN], ours: &Header) -> Result<()> {
-    let theirs = Header::decode(bytes);
-    if theirs != *ours {
-        return Err(Error::Mismatch {
-            rank: from,
-            detail: format!(
-                "it called {} while this rank called {}",
-                theirs.describe(),
-                ours.describe()
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// One peer's part of a [`transfer`]: bytes to send to it and a buffer to

@@ -2,7 +2,7 @@
 //! every piece flows around the ring while it is still in the cache.
 //!
 //! The data is cut into *slices* of `size` x [`UNIT_BYTES`]; each slice is
-//! split into `size` segments ([`crate::communicator::segment`]) and
+//! split into `size` segments ([`crate::partition::segment`]) and
 //! allreduced by the classic ring: in reduce-scatter step `s` rank `r` sends
 //! segment `r - s` to rank `r + 1` and reduces segment `r - s - 1`, arriving
 //! from rank `r - 1`, into its own data; after `size - 1` steps it owns
@@ -25,9 +25,9 @@
 
 use std::ops::Range;
 
-use crate::communicator::segment;
 use crate::error::Result;
 use crate::link::Link;
+use crate::partition::segment;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::tcp::pump::{wait, HeaderSwap, Want};
 use crate::wire::Header;

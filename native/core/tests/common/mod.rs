@@ -17,14 +17,14 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use horovod_core::{connect, CommConfig, Communicator, Error, Listener, Transport};
+use horovod_core::{connect, CommConfig, Communicator, Error, Listener, TransportPolicy};
 
 const RANK_VAR: &str = "HVD_TEST_CHILD_RANK";
 const SCENARIO_VAR: &str = "HVD_TEST_SCENARIO";
 const SECRET_VAR: &str = "HVD_TEST_SECRET";
 const CONNECT_MS_VAR: &str = "HVD_TEST_CONNECT_MS";
 const IO_MS_VAR: &str = "HVD_TEST_IO_MS";
-/// "tcp" forces TCP; anything else (or unset) leaves `Transport::Auto`.
+/// "tcp" forces TCP; anything else (or unset) leaves `TransportPolicy::Auto`.
 pub const TRANSPORT_VAR: &str = "HVD_TEST_TRANSPORT";
 const PREFIX: &str = "HVD:";
 
@@ -313,9 +313,9 @@ pub fn config() -> CommConfig {
         connect_timeout: env_ms(CONNECT_MS_VAR),
         io_timeout: env_ms(IO_MS_VAR),
         transport: match var(TRANSPORT_VAR).as_deref() {
-            Some("tcp") => Transport::Tcp,
-            Some("flat") => Transport::Flat,
-            _ => Transport::Auto,
+            Some("tcp") => TransportPolicy::Tcp,
+            Some("flat") => TransportPolicy::Flat,
+            _ => TransportPolicy::Auto,
         },
         // The whole matrix runs encrypted under HOROVOD_RS_TLS=1.
         tls: horovod_core::tls_setting(var(horovod_core::TLS_VARIABLE).as_deref()).unwrap(),

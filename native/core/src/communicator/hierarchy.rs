@@ -24,9 +24,12 @@
 //! addresses in the same way, so every rank builds the same levels and
 //! picks the same way for a message.
 
-use crate::communicator::{segment, CommConfig, Communicator, Transport};
+use super::Communicator;
+use crate::address::host;
+use crate::config::{CommConfig, TransportPolicy};
 use crate::error::Result;
 use crate::link::Link;
+use crate::partition::segment;
 use crate::reduce::{Element, ReduceOp};
 use crate::shm;
 
@@ -51,11 +54,6 @@ pub(crate) struct Hierarchy {
     size: usize,
 }
 
-/// The host part of a "host:port" address.
-pub(crate) fn host(address: &str) -> &str {
-    address.rsplit_once(':').map_or(address, |(host, _)| host)
-}
-
 /// Ranks grouped by host, in order of each host's lowest rank.
 fn hosts(addresses: &[String]) -> Vec<Vec<usize>> {
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
@@ -70,7 +68,7 @@ fn hosts(addresses: &[String]) -> Vec<Vec<usize>> {
 }
 
 impl Hierarchy {
-    /// The levels for `rank`, when they help: with `Transport::Auto`, more
+    /// The levels for `rank`, when they help: with `TransportPolicy::Auto`, more
     /// than one host, and more than one rank on some host. Every rank calls
     /// it at the same point of the rendezvous.
     pub(crate) fn build(
@@ -81,7 +79,7 @@ impl Hierarchy {
     ) -> Result<Option<Hierarchy>> {
         let groups = hosts(addresses);
         let helps = groups.len() > 1 && groups.iter().any(|g| g.len() > 1);
-        if config.transport != Transport::Auto || !helps {
+        if config.transport != TransportPolicy::Auto || !helps {
             return Ok(None);
         }
         let Some(mine) = groups.iter().find(|g| g.contains(&rank)) else {
@@ -218,6 +216,5 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(hosts(&addresses), vec![vec![0, 2], vec![1, 4], vec![3]]);
-        assert_eq!(host("[::1]:80"), "[::1]");
     }
 }
