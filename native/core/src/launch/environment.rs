@@ -77,11 +77,7 @@ const KNOBS: &[Knob] = &[
         variable: "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
         field: &["engine", "stall_timeout_ms"],
         // Horovod's 0 means "never"; ours derives a bound from the collective timeout instead.
-        parse: |value| match number(value) {
-            Some(s) if s <= 0.0 => Ok(None),
-            Some(s) => Ok(Some(Value::from((s * 1000.0) as u64))),
-            None => Err("expected a number of seconds"),
-        },
+        parse: |value| Ok(seconds(value)?.filter(|ms| ms.as_u64() != Some(0))),
     },
     Knob {
         variable: "HOROVOD_CACHE_CAPACITY",
