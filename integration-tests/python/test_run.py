@@ -47,3 +47,22 @@ def test_more_processes_than_slots_fail_within_the_start_timeout(spark):
     with pytest.raises(TimeoutError, match="the cluster has 2 task slots for 3 processes"):
         horovod_rs.spark.run(sum_of_ranks_fn(), num_proc=3, start_timeout=2)
     assert time.time() - started < 10
+
+
+def placement_and_timeout_fn():
+    def placement_and_timeout():
+        import horovod_rs.torch as hvd
+        from horovod_rs.common import basics
+
+        hvd.init()
+        return (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(),
+                basics.state().rank.collective_timeout_s())
+    return placement_and_timeout
+
+
+def test_the_drivers_horovod_variables_reach_the_ranks_and_env_overrides_them(spark, monkeypatch):
+    # Both executors of local-cluster are on one host: local ranks 0 and 1 of 2, one cross rank each.
+    monkeypatch.setenv("HOROVOD_RS_TIMEOUT_SECONDS", "77")
+    assert horovod_rs.spark.run(placement_and_timeout_fn(), num_proc=2) == [(0, 2, 0, 1, 77.0), (1, 2, 0, 1, 77.0)]
+    results = horovod_rs.spark.run(placement_and_timeout_fn(), num_proc=2, env={"HOROVOD_RS_TIMEOUT_SECONDS": "88"})
+    assert [timeout for *_, timeout in results] == [88.0, 88.0]
