@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::Duration;
 
-use horovod_core::launch::{join, Joined, RankSpec};
+use horovod_core::launch::{join, join_json, Joined, RankSpec};
 use horovod_core::{exchange_entries, DataType, Listener, Operation, RendezvousService, Request};
 
 const SECRET: &[u8] = b"launch test secret";
@@ -126,8 +126,39 @@ fn a_rank_that_could_not_listen_is_named_by_the_others() {
     );
     let error = join(&spec(&json), SECRET, None).err().unwrap().to_string();
     assert!(
-        error.contains("rank 1 could not start its rendezvous listener: address already in use"),
+        error.contains("rank 1 could not join: address already in use"),
         "{error}"
     );
     failing.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_rank_with_a_bad_variable_is_named_by_the_others_at_once() {
+    let service = RendezvousService::start("127.0.0.1:0", SECRET, 2).unwrap();
+    let address = format!("127.0.0.1:{}", service.port());
+    let json = |rank: usize| {
+        format!(
+            r#"{{"rank": {rank}, "size": 2,
+                 "rendezvous": {{"service": {{"address": "{address}", "host": "127.0.0.1"}}}}}}"#
+        )
+    };
+    let bad = {
+        let json = json(1);
+        thread::spawn(move || {
+            let tls = |name: &str| (name == "HOROVOD_RS_TLS").then(|| "sometimes".to_string());
+            join_json(&json, tls, SECRET, None)
+                .err()
+                .unwrap()
+                .to_string()
+        })
+    };
+    let error = join_json(&json(0), no_variables, SECRET, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("rank 1 could not join") && error.contains("HOROVOD_RS_TLS=\"sometimes\""),
+        "{error}"
+    );
+    assert!(bad.join().unwrap().contains("HOROVOD_RS_TLS"));
 }

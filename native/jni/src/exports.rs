@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use horovod_core::launch::{join, RankSpec};
+use horovod_core::launch::join_json;
 use horovod_core::{Listener, RendezvousService};
 use jni::objects::{JByteArray, JClass, JLongArray, JString};
 use jni::sys::{jboolean, jint, jlong};
@@ -81,10 +81,9 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_join<'caller>(
                 // SAFETY: Java hands the listener over here and never passes it again.
                 handle => Some(unsafe { take::<Listener>(handle, LISTENER)? }),
             };
-            let spec =
-                RankSpec::from_json(&spec.try_to_string(env)?, |name| std::env::var(name).ok())?;
+            let spec = spec.try_to_string(env)?;
             let secret = env.convert_byte_array(&secret)?;
-            let joined = join(&spec, &secret, listener)?;
+            let joined = join_json(&spec, |name| std::env::var(name).ok(), &secret, listener)?;
             let placement = joined.placement;
             let numbers = [
                 into_handle(joined.engine),

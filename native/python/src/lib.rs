@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use horovod_core::launch::{join, Placement, RankSpec};
+use horovod_core::launch::{join_json, Placement, RankSpec};
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     DataType, Engine, Handle, Listener, Operation, Output, Payload, ReduceOp, RendezvousService,
@@ -192,7 +192,6 @@ impl Rank {
     /// connect, start the engine. Every rank must call it.
     #[new]
     fn new(py: Python<'_>, spec: &str, secret: Vec<u8>) -> PyResult<Rank> {
-        let spec = spec_from_json(spec)?;
         py.allow_threads(move || join_rank(spec, &secret, None))
             .map_err(py_err)
     }
@@ -350,20 +349,14 @@ impl Rank {
     }
 }
 
-fn spec_from_json(json: &str) -> PyResult<RankSpec> {
-    RankSpec::from_json(json, |name| std::env::var(name).ok()).map_err(py_err)
-}
-
-fn join_rank(
-    spec: RankSpec,
-    secret: &[u8],
-    listener: Option<Listener>,
-) -> horovod_core::Result<Rank> {
-    let joined = join(&spec, secret, listener)?;
+/// Joins with the spec in `json`; Horovod's variables in this process's environment fill what
+/// it leaves out.
+fn join_rank(json: &str, secret: &[u8], listener: Option<Listener>) -> horovod_core::Result<Rank> {
+    let joined = join_json(json, |name| std::env::var(name).ok(), secret, listener)?;
     Ok(Rank {
         engine: joined.engine,
         placement: joined.placement,
-        spec,
+        spec: joined.spec,
     })
 }
 
@@ -398,7 +391,6 @@ impl Joining {
             .listener
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("already connected"))?;
-        let spec = spec_from_json(spec)?;
         py.allow_threads(move || join_rank(spec, &secret, Some(listener)))
             .map_err(py_err)
     }

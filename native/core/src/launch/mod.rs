@@ -31,8 +31,9 @@ pub use placement::Placement;
 const BIND_ADDRESS: &str = "0.0.0.0:0";
 
 /// Marks an exchanged entry that carries a rank's error instead of its
-/// address: a rank that cannot listen still takes part in the exchange, so
-/// the others fail at once naming it instead of waiting for their timeout.
+/// address: a rank that cannot listen, or whose spec is bad, still takes
+/// part in the exchange, so the others fail at once naming it instead of
+/// waiting for their timeout.
 pub const FAILED_ENTRY_PREFIX: &str = "!";
 
 /// Everything one rank needs to join its job, but the secret.
@@ -169,6 +170,8 @@ pub struct Joined {
     pub engine: Engine,
     /// Local and cross rank and size, from the hosts of every rank.
     pub placement: Placement,
+    /// The spec it joined with.
+    pub spec: RankSpec,
 }
 
 /// Joins the job `spec` describes with `secret`: listen, exchange addresses,
@@ -197,7 +200,9 @@ pub fn join(spec: &RankSpec, secret: &[u8], listener: Option<Listener>) -> Resul
                     (Ok(listener), entry)
                 }
                 Err(error) => {
-                    let entry = format!("{FAILED_ENTRY_PREFIX}{error}");
+                    let entry = format!(
+                        "{FAILED_ENTRY_PREFIX}could not start its rendezvous listener: {error}"
+                    );
                     (Err(error), entry)
                 }
             };
@@ -226,7 +231,50 @@ pub fn join(spec: &RankSpec, secret: &[u8], listener: Option<Listener>) -> Resul
     let communicator: Communicator =
         connect(listener, spec.rank, &entries, secret, &spec.comm_config())?;
     let engine = Engine::start(communicator, spec.engine.clone())?;
-    Ok(Joined { engine, placement })
+    Ok(Joined {
+        engine,
+        placement,
+        spec: spec.clone(),
+    })
+}
+
+/// [`join`] with the spec in `json`, its missing fields filled from the
+/// variables `variable` looks up ([`RankSpec::from_json`]): what the edges
+/// call. A rank whose spec is bad (a variable's value, say) still takes part
+/// in the driver's exchange when its spec names one, with its error in place
+/// of its address, so the other ranks fail at once naming it.
+///
+/// # Errors
+/// As [`RankSpec::from_json`] and [`join`].
+pub fn join_json(
+    json: &str,
+    variable: impl Fn(&str) -> Option<String>,
+    secret: &[u8],
+    listener: Option<Listener>,
+) -> Result<Joined> {
+    let error = match RankSpec::from_json(json, variable) {
+        Ok(spec) => return join(&spec, secret, listener),
+        Err(error) => error,
+    };
+    if let Ok(spec) = RankSpec::from_json(json, |_| None) {
+        if let Rendezvous::Service {
+            address, attempt, ..
+        } = &spec.rendezvous
+        {
+            let entry = format!("{FAILED_ENTRY_PREFIX}{error}");
+            // This rank fails with its own error whatever the exchange does.
+            let _ = exchange_entries(
+                address,
+                secret,
+                spec.rank,
+                spec.size,
+                *attempt,
+                &entry,
+                spec.connect_timeout,
+            );
+        }
+    }
+    Err(error)
 }
 
 fn check_every_rank_listens(entries: &[String]) -> Result<()> {
@@ -236,7 +284,7 @@ fn check_every_rank_listens(entries: &[String]) -> Result<()> {
         .find_map(|(rank, entry)| Some((rank, entry.strip_prefix(FAILED_ENTRY_PREFIX)?)))
     {
         Some((rank, error)) => Err(Error::InvalidArgument(format!(
-            "rank {rank} could not start its rendezvous listener: {error}"
+            "rank {rank} could not join: {error}"
         ))),
         None => Ok(()),
     }
@@ -309,10 +357,10 @@ mod tests {
 
     #[test]
     fn an_entry_of_a_rank_that_could_not_listen_names_it() {
-        let entries = ["a:1".to_string(), "!address in use".to_string()];
+        let entries = ["a:1".to_string(), "!its listener failed".to_string()];
         assert_eq!(
             check_every_rank_listens(&entries).unwrap_err().to_string(),
-            "invalid argument: rank 1 could not start its rendezvous listener: address in use"
+            "invalid argument: rank 1 could not join: its listener failed"
         );
         assert!(check_every_rank_listens(&entries[..1]).is_ok());
     }
