@@ -145,6 +145,26 @@ impl RankSpec {
         Ok(self)
     }
 
+    /// Registers `entry` as this rank's with the driver's service at
+    /// `address`; returns every rank's entry.
+    fn exchange(
+        &self,
+        address: &str,
+        attempt: u32,
+        secret: &[u8],
+        entry: &str,
+    ) -> Result<Vec<String>> {
+        exchange_entries(
+            address,
+            secret,
+            self.rank,
+            self.size,
+            attempt,
+            entry,
+            self.connect_timeout,
+        )
+    }
+
     fn comm_config(&self) -> CommConfig {
         CommConfig {
             connect_timeout: self.connect_timeout,
@@ -206,15 +226,7 @@ pub fn join(spec: &RankSpec, secret: &[u8], listener: Option<Listener>) -> Resul
                     (Err(error), entry)
                 }
             };
-            let entries = exchange_entries(
-                address,
-                secret,
-                spec.rank,
-                spec.size,
-                *attempt,
-                &entry,
-                spec.connect_timeout,
-            )?;
+            let entries = spec.exchange(address, *attempt, secret, &entry)?;
             (listener?, entries)
         }
         Rendezvous::Entries(entries) => {
@@ -263,15 +275,7 @@ pub fn join_json(
         {
             let entry = format!("{FAILED_ENTRY_PREFIX}{error}");
             // This rank fails with its own error whatever the exchange does.
-            let _ = exchange_entries(
-                address,
-                secret,
-                spec.rank,
-                spec.size,
-                *attempt,
-                &entry,
-                spec.connect_timeout,
-            );
+            let _ = spec.exchange(address, *attempt, secret, &entry);
         }
     }
     Err(error)
