@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use horovod_core::engine::LocalTransport;
+use horovod_core::engine::{LocalTransport, Stopped};
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     DataType, Engine, EngineConfig, Error, Handle, Operation, Output, Payload, ReduceOp, Request,
@@ -318,6 +318,51 @@ fn duplicate_names_and_shutdown_are_errors_not_hangs() {
     let (err, later) = zero.join().unwrap();
     assert!(matches!(err, Error::EngineStopped { .. }), "{err}");
     assert!(matches!(later, Error::EngineStopped { .. }), "{later}");
+    // Dropped without a word, rank 1 still says it left.
+    assert_eq!(
+        later.to_string(),
+        "the engine has stopped: rank 1 left the job (shut down)"
+    );
+}
+
+#[test]
+fn a_rank_that_leaves_tells_the_others_why() {
+    let mut group = LocalTransport::group(3, WAIT);
+    let transport_two = group.pop().unwrap();
+    let transport_one = group.pop().unwrap();
+    let zero = thread::spawn(move || {
+        let engine = Engine::start(group.pop().unwrap(), EngineConfig::default()).unwrap();
+        let mut handle = engine
+            .submit(request(
+                "pending",
+                Operation::allreduce(ReduceOp::Sum),
+                &[1.0],
+            ))
+            .unwrap();
+        (handle.wait(WAIT).unwrap_err(), engine.stopped())
+    });
+    let two = thread::spawn(move || {
+        let engine = Engine::start(transport_two, EngineConfig::default()).unwrap();
+        while engine.stopped().is_none() {
+            thread::sleep(Duration::from_millis(5));
+        }
+        engine.stopped()
+    });
+    let mut one = Engine::start(transport_one, EngineConfig::default()).unwrap();
+    one.leave("its function returned");
+    let (error, stopped_zero) = zero.join().unwrap();
+    let stopped_two = two.join().unwrap();
+    let expected = Stopped {
+        cause: "rank 1 left the job (its function returned)".into(),
+        departures: vec![(1, "its function returned".into())],
+    };
+    assert_eq!(
+        error.to_string(),
+        "the engine has stopped: rank 1 left the job (its function returned)"
+    );
+    assert_eq!(stopped_zero, Some(expected.clone()));
+    assert_eq!(stopped_two, Some(expected.clone()));
+    assert_eq!(one.stopped(), Some(expected));
 }
 
 fn join_request() -> Request {

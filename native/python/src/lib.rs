@@ -235,6 +235,21 @@ impl Rank {
         self.engine.stop_cause()
     }
 
+    /// The ranks that left the job, each with the reason it gave, once the engine has stopped
+    /// because ranks left (empty while it runs, or when it stopped on an error).
+    fn departures(&self) -> Vec<(usize, String)> {
+        self.engine
+            .stopped()
+            .map(|stopped| stopped.departures)
+            .unwrap_or_default()
+    }
+
+    /// Leaves the job saying why (the other ranks' errors name this rank and `reason`); every
+    /// rank's engine stops. Does nothing once the engine has stopped.
+    fn leave(&mut self, py: Python<'_>, reason: &str) {
+        py.allow_threads(|| self.engine.leave(reason));
+    }
+
     /// Submits a named collective on `data` (`dtype` elements in `shape`); returns its handle.
     /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter, barrier or join.
     /// `in_place`: an allreduce or broadcast runs in `data`'s own memory (a writable, contiguous

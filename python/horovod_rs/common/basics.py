@@ -1,13 +1,22 @@
-"""init() and the job's shape, from the environment the launcher (horovodrs, or
-horovod_rs.spark.run) sets; without one, a job of one process, as in Horovod."""
+"""init() and the job's shape.
+
+Which job ``init()`` joins, in order: the job of the Spark task this process runs (a task of
+``horovod_rs.spark.run`` or of an estimator joins it when it starts, ``join_task``); else the job
+the launcher (``horovodrs``) describes in the environment; else a job of one process, as in
+Horovod. Inside a Spark task ``init()`` never starts another job: when the task's job has
+stopped because a rank failed, it fails naming that rank; when ranks only finished, the world
+stays the job's (their collectives, not ``init()``, fail).
+"""
 
 import json
 import os
 import secrets
 import threading
+import time
 
 from horovod_rs import _native
 from horovod_rs.common import logs
+from horovod_rs.common.exceptions import HorovodInternalError
 
 # Horovod's names every framework module re-exports (``from horovod_rs.common.basics import *``).
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
@@ -16,6 +25,12 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
 
 _lock = threading.Lock()
 _state = None
+# The RankSpec of the Spark task this process runs, while it runs (``join_task``).
+_task_job = None
+
+# How a rank of a Spark job says why it left (``leave_task``); the other ranks' errors quote it.
+FINISHED = "its function returned"
+FAILED = "its function failed"
 
 
 class RankSpec:
@@ -51,6 +66,7 @@ class RankSpec:
 class _State:
     def __init__(self, rank, spec):
         self.rank = rank
+        self.spec = spec
         # What a process set's ranks need to connect among themselves.
         self.secret, self.host = spec.secret, spec.host
         self.counters = {}  # per process set: its ranks name unnamed collectives alike
@@ -73,15 +89,50 @@ def init(process_sets=None):
         add_process_set(process_set)
 
 
-def init_rank(spec):
-    """Joins the job described by ``spec`` (a ``RankSpec``); ``init()`` after this does nothing."""
-    _init(spec)
+def join_task(spec, join=None):
+    """Joins the job of the Spark task this process runs, as ``spec`` (a ``RankSpec``) says;
+    until ``leave_task``, ``init()`` means this job and no other. ``join()``, when given, returns
+    the joined native rank instead (a rank that exchanged its address itself)."""
+    global _state, _task_job
+    with _lock:
+        _state, _task_job = None, spec
+        _state = _State(join() if join is not None else _native.Rank(spec.to_json(), spec.secret), spec)
+        logs.start()
+
+
+def leave_task(error=None):
+    """Leaves the task's job: the other ranks learn that this one returned, or failed with
+    ``error``; this process is no longer bound to the job."""
+    global _state, _task_job
+    with _lock:
+        state, _state, _task_job = _state, None, None
+    when = time.strftime("%H:%M:%S UTC", time.gmtime())
+    _leave(state, "%s at %s" % (FINISHED, when) if error is None else
+           "%s at %s: %s: %s" % (FAILED, when, type(error).__name__, _first_line(error)))
+
+
+def _leave(state, reason):
+    """Stops ``state``'s engines (the job's and its process sets'), telling the other ranks why."""
+    if state is None:
+        return
+    for process_set in state.process_sets.values():
+        if process_set._rank is not None:
+            process_set._rank.leave(reason)
+    state.rank.leave(reason)
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else ""
 
 
 def _init(spec):
     global _state
     with _lock:
         if _state is not None and _state.rank.stopped() is None:
+            return
+        if _task_job is not None:
+            _check_task_job()
             return
         _state = None  # a stopped engine (shut down by another rank, or failed) is left for a new one
         local = None
@@ -98,11 +149,26 @@ def _init(spec):
         logs.start()
 
 
+def _check_task_job():
+    """Inside a Spark task whose job's engine stopped: fine when ranks only finished (this rank
+    keeps the job's world; its collectives fail naming them), an error naming the rank that
+    failed (or what stopped the engine) otherwise."""
+    if _state is None or _state.spec is not _task_job:
+        raise HorovodInternalError(
+            "this rank of a horovod_rs Spark job was shut down (hvd.shutdown()): a Spark task's rank joins its "
+            "job once, when the task starts, and cannot join another")
+    departures = _state.rank.departures()
+    if departures and not any(reason.startswith(FAILED) for _, reason in departures):
+        return
+    raise HorovodInternalError("rank %d's horovod_rs job has stopped: %s" % (_state.spec.rank, _state.rank.stopped()))
+
+
 def shutdown():
     """Leaves the job; the other ranks' pending collectives fail instead of waiting."""
     global _state
     with _lock:
-        _state = None
+        state, _state = _state, None
+    _leave(state, "shut down")
 
 
 def is_initialized():

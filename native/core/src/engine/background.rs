@@ -22,6 +22,12 @@
 //! negotiation, so all ranks issue the same sequence. A transport error is
 //! fatal: the thread fails every tensor in flight with it and stops, and
 //! later submissions fail with `EngineStopped`.
+//!
+//! Ranks stop together: a rank that leaves (its engine dropped, or
+//! [`super::Engine::leave`] with a reason) asks every rank to stop at the
+//! next cycle, and in that last cycle the ranks tell each other who asked
+//! and why ([`Departures`]), so a rank left behind can say "rank 1 left the
+//! job (its function returned)" instead of only "shut down".
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -38,7 +44,7 @@ use super::coordinator::Coordinator;
 use super::device::DeviceBackend;
 use super::fusion::{Batch, FusionBuffer};
 use super::handle::{self, Completer};
-use super::message::ReadyResponse;
+use super::message::{Departures, ReadyResponse};
 use super::negotiation::{AfterBits, RankState};
 use super::payload::Payload;
 use super::request::{Operation, Output, Request};
@@ -77,6 +83,18 @@ impl Backend {
     }
 }
 
+/// The cause of a shutdown that `departures` explain.
+fn describe(departures: &[(usize, String)]) -> String {
+    if departures.is_empty() {
+        return "the engine was shut down (on this or another rank)".to_string();
+    }
+    departures
+        .iter()
+        .map(|(rank, reason)| format!("rank {rank} left the job ({reason})"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A request and the completer of its handle.
 pub(crate) struct Submission {
     pub request: Request,
@@ -86,13 +104,27 @@ pub(crate) struct Submission {
 /// What callers send the engine's thread.
 pub(crate) enum Command {
     Submit(Submission),
-    Shutdown,
+    /// Stop every rank; the reason this rank leaves, if it gave one.
+    Shutdown(Option<String>),
+}
+
+/// Why a rank's engine stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stopped {
+    /// Said in every error of a later submission.
+    pub cause: String,
+    /// The ranks that asked to stop, with their reasons (empty when the
+    /// engine stopped on an error, or the ranks could not tell each other).
+    pub departures: Vec<(usize, String)>,
 }
 
 /// Why the thread stopped, shared with [`super::Engine::submit`]: `Some`
 /// once stopped. Submitting checks it and sends under the same lock, so no
 /// submission can slip in after the thread's last look at the channel.
-pub(crate) type StopCause = Arc<Mutex<Option<String>>>;
+pub(crate) type StopCause = Arc<Mutex<Option<Stopped>>>;
+
+/// A departing rank's reason when its caller gave none.
+const SHUT_DOWN: &str = "shut down";
 
 pub(crate) struct Background<T: Transport> {
     pub transport: T,
@@ -106,6 +138,8 @@ pub(crate) struct Background<T: Transport> {
     /// A shutdown (or every sender gone) seen while waiting for a
     /// submission, for the next `take_commands`.
     pub early_shutdown: bool,
+    /// Why this rank asked to stop, once it has (the first reason given).
+    pub leaving: Option<String>,
     /// The backend of GPU tensors.
     pub device: DeviceBackend,
 }
@@ -120,7 +154,7 @@ impl<T: Transport> Background<T> {
             }
             match self.cycle() {
                 Ok(true) => {}
-                Ok(false) => break Ok(()),
+                Ok(false) => break Ok(self.exchange_departures()),
                 Err(e) => break Err(e),
             }
             let left = self.cycle_time.saturating_sub(started.elapsed());
@@ -130,21 +164,25 @@ impl<T: Transport> Background<T> {
                 thread::sleep(left);
             }
         };
-        let cause = match outcome {
-            Ok(()) => {
-                debug!("rank {rank}: engine shut down");
-                "the engine was shut down (on this or another rank)".to_string()
+        let (cause, departures) = match outcome {
+            Ok(departures) => {
+                let cause = describe(&departures);
+                debug!("rank {rank}: engine shut down: {cause}");
+                (cause, departures)
             }
             Err(error) => {
                 error!("rank {rank}: engine stopped: {error}");
                 for (_, submission) in self.tensors.drain() {
                     submission.completer.complete(Err(error.duplicate()));
                 }
-                error.to_string()
+                (error.to_string(), Vec::new())
             }
         };
         let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
-        *stopped = Some(cause.clone());
+        *stopped = Some(Stopped {
+            cause: cause.clone(),
+            departures,
+        });
         let stopped_error = || Error::EngineStopped {
             cause: cause.clone(),
         };
@@ -199,7 +237,51 @@ impl<T: Transport> Background<T> {
                 }
                 false
             }
-            Command::Shutdown => true,
+            Command::Shutdown(reason) => {
+                if self.leaving.is_none() {
+                    self.leaving = Some(reason.unwrap_or_else(|| SHUT_DOWN.to_string()));
+                }
+                true
+            }
+        }
+    }
+
+    /// The last exchange, once every rank agreed to stop: which ranks asked
+    /// to, and why. Best effort: a rank that cannot tell stops all the same
+    /// (the cause then names no rank).
+    fn exchange_departures(&mut self) -> Vec<(usize, String)> {
+        let rank = self.transport.rank();
+        // Asked by a sender dropping without a word: a departure all the same.
+        let reason = self
+            .leaving
+            .clone()
+            .or_else(|| self.state.shutting_down().then(|| SHUT_DOWN.to_string()));
+        let mine = Departures {
+            ranks: reason.into_iter().map(|reason| (rank, reason)).collect(),
+        };
+        let exchanged = self
+            .transport
+            .control_gather(&mine.encode())
+            .and_then(|gathered| {
+                let all = match gathered {
+                    Some(lists) => {
+                        let mut all = Departures::default();
+                        for list in lists {
+                            all.ranks.extend(Departures::decode(&list)?.ranks);
+                        }
+                        all.ranks.sort();
+                        all.encode()
+                    }
+                    None => Vec::new(),
+                };
+                Departures::decode(&self.transport.control_broadcast(all)?)
+            });
+        match exchanged {
+            Ok(departures) => departures.ranks,
+            Err(error) => {
+                debug!("rank {rank}: the ranks could not tell each other why they stop: {error}");
+                Vec::new()
+            }
         }
     }
 

@@ -1,9 +1,10 @@
 //! The engine's control messages and their byte layout.
 //!
-//! Three messages cross ranks: a [`RequestList`] (a rank's newly ready
+//! Four messages cross ranks: a [`RequestList`] (a rank's newly ready
 //! tensors, to the coordinator), a [`ResponseList`] (the coordinator's
-//! verdicts, to every rank) and the [`Settings`] rank 0 broadcasts once at
-//! start. Every message opens with [`MESSAGE_VERSION`], so a rank running
+//! verdicts, to every rank), the [`Settings`] rank 0 broadcasts once at
+//! start, and the [`Departures`] it broadcasts once at the end (who asked
+//! to stop, and why). Every message opens with [`MESSAGE_VERSION`], so a rank running
 //! another build fails with a message instead of misreading bytes. Integers
 //! are little-endian; strings and lists are length-prefixed.
 //!
@@ -98,6 +99,15 @@ impl Failure {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct ResponseList {
     pub responses: Vec<Response>,
+}
+
+/// The ranks that asked every rank to stop, each with its reason, in rank
+/// order: every rank learns them when the ranks stop together. A rank sends
+/// the coordinator a `Departures` of itself alone (or of nobody when it only
+/// follows another rank's request); the coordinator broadcasts the union.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Departures {
+    pub ranks: Vec<(usize, String)>,
 }
 
 /// Settings that must be equal on every rank; rank 0's win.
@@ -374,6 +384,28 @@ impl ResponseList {
     }
 }
 
+impl Departures {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.usize(self.ranks.len());
+        for (rank, reason) in &self.ranks {
+            w.usize(*rank);
+            w.str(reason);
+        }
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Departures> {
+        let mut r = Reader::new(bytes, "departures")?;
+        // A rank and an empty reason's length take 16 bytes.
+        let n = r.len(16)?;
+        let ranks = (0..n)
+            .map(|_| Ok((r.usize()?, r.str()?)))
+            .collect::<Result<_>>()?;
+        r.finish(Departures { ranks })
+    }
+}
+
 impl Settings {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
@@ -584,6 +616,19 @@ mod fuzz {
             named(RequestList::decode(&bytes), "request list")?;
             named(ResponseList::decode(&bytes), "response list")?;
             named(Settings::decode(&bytes), "engine settings")?;
+            named(Departures::decode(&bytes), "departures")?;
+        }
+
+        #[test]
+        fn departures_round_trip_and_truncations_fail(ranks in vec((0usize..4096, ".{0,40}"), 0..4)) {
+            let departures = Departures { ranks };
+            let bytes = departures.encode();
+            prop_assert_eq!(Departures::decode(&bytes).unwrap(), departures);
+            for cut in 0..bytes.len() {
+                let result = Departures::decode(&bytes[..cut]);
+                prop_assert!(result.is_err(), "cut {}", cut);
+                named(result, "departures")?;
+            }
         }
 
         #[test]

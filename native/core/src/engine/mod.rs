@@ -56,6 +56,8 @@ use std::thread::{self, JoinHandle};
 use crate::error::{Error, Result};
 
 use background::{Background, Command, StopCause, Submission};
+
+pub use background::Stopped;
 use coordinator::Coordinator;
 use device::DeviceBackend;
 use fusion::FusionBuffer;
@@ -140,6 +142,7 @@ impl Engine {
             tensors: Default::default(),
             fusion: FusionBuffer::default(),
             early_shutdown: false,
+            leaving: None,
             device: DeviceBackend::default(),
         };
         let thread = thread::Builder::new()
@@ -170,10 +173,29 @@ impl Engine {
     /// Why the engine has stopped (shut down here or on another rank, or
     /// its transport failed); `None` while it runs.
     pub fn stop_cause(&self) -> Option<String> {
+        self.stopped().map(|stopped| stopped.cause)
+    }
+
+    /// How the engine stopped, with the ranks that left and why; `None`
+    /// while it runs.
+    pub fn stopped(&self) -> Option<Stopped> {
         self.stopped
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Leaves the job, telling the other ranks why (`reason`, said in their
+    /// errors: "rank 1 left the job (`reason`)"): every rank's engine stops
+    /// at the next cycle. Waits for this rank's thread; does nothing once
+    /// the engine has stopped.
+    pub fn leave(&mut self, reason: &str) {
+        let _ = self
+            .commands
+            .send(Command::Shutdown(Some(reason.to_string())));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 
     /// Submits `request`; its data is moved in, and the handle gives the
@@ -200,9 +222,9 @@ impl Engine {
             }
         }
         let stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(cause) = stopped.as_ref() {
+        if let Some(stopped) = stopped.as_ref() {
             return Err(Error::EngineStopped {
-                cause: cause.clone(),
+                cause: stopped.cause.clone(),
             });
         }
         self.in_flight.enter(&request.name)?;
@@ -218,8 +240,8 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let _ = self.commands.send(Command::Shutdown);
         if let Some(thread) = self.thread.take() {
+            let _ = self.commands.send(Command::Shutdown(None));
             let _ = thread.join();
         }
     }

@@ -179,6 +179,11 @@ impl RankState {
         self.shutting_down = true;
     }
 
+    /// Whether this rank asked every rank to stop.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
     /// Step 1: this rank's bit vector. `coordinator_due` is set on the
     /// coordinator's rank when it has stalls to report.
     pub fn start_cycle(&mut self, now: Instant, coordinator_due: bool) -> Vec<u64> {
