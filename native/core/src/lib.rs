@@ -12,8 +12,8 @@
 //! ([`Element`], or [`DataType`] at run time). Allreduce and barrier go
 //! through shared memory when every rank is on one host.
 //!
-//! Modules, one job each: `launch` (a rank's spec, Horovod's variables, and
-//! joining), `error` (what can fail), `auth` (HMAC challenge–response),
+//! Modules, one job each: `launch` (a rank's spec, the table of settings,
+//! the words of failures, and joining), `error` (what can fail), `auth` (HMAC challenge–response),
 //! `wire` (hello and header layouts), `handshake` (the authenticated
 //! exchange opening every connection), `rendezvous_service` (the driver's
 //! service gathering the ranks' addresses), `rendezvous` (listener,
@@ -65,7 +65,7 @@ pub use config::{CommConfig, TransportPolicy};
 pub use dtype::DataType;
 pub use engine::{DeviceBuffer, Engine, EngineConfig, Handle, Operation, Output, Payload, Request};
 pub use error::{Error, Result};
-pub use launch::environment::tls_setting;
+pub use launch::settings::tls_setting;
 pub use nccl::NcclCommunicator;
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};

@@ -5,9 +5,12 @@
 //! data loaders) run meanwhile. Tensors cross as raw bytes plus dtype and
 //! shape; the Python side (horovod_rs.torch) makes them tensors again.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use horovod_core::launch::{join_json, Placement, RankSpec};
+use horovod_core::launch::{
+    failure, join_json, settings, Placement, RankSpec, FAILED_ENTRY_PREFIX,
+};
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     DataType, Engine, Handle, Listener, Operation, Output, Payload, ReduceOp, RendezvousService,
@@ -411,10 +414,50 @@ impl Joining {
     }
 }
 
-/// The environment variables the native side reads into a rank's spec (Horovod's knobs).
+/// The environment variables the native side reads into a rank's spec (Horovod's knobs): what a
+/// driver hands its ranks.
 #[pyfunction]
 fn spec_variables() -> Vec<&'static str> {
-    horovod_core::launch::environment::variables().collect()
+    settings::spec_variables().collect()
+}
+
+/// Every Horovod variable of the table of settings, the driver's own included: what a driver
+/// passes to `job_settings`.
+#[pyfunction]
+fn setting_variables() -> Vec<&'static str> {
+    settings::variables().collect()
+}
+
+/// Every `spark.horovod.rs.*` key of the table of settings.
+#[pyfunction]
+fn setting_keys() -> Vec<&'static str> {
+    settings::keys().collect()
+}
+
+/// A job's settings from the Spark conf `keys` and Horovod's `variables` the driver sees (a key
+/// wins over its variable), as JSON: `{"spec": {the rank-spec fields set}, "driver":
+/// {"start_timeout_s", "fit_attempts", "gpus_per_rank", "driver_rendezvous"}}`. ValueError names
+/// a bad key or variable with its value.
+#[pyfunction]
+fn job_settings(keys: HashMap<String, String>, variables: HashMap<String, String>) -> PyResult<String> {
+    let settings = horovod_core::launch::job_settings(
+        |key| keys.get(key).cloned(),
+        |name| variables.get(name).cloned(),
+    )
+    .map_err(py_err)?;
+    serde_json::to_string(&settings).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Whether Spark's failure `text` says a task was lost with its executor or Python worker.
+#[pyfunction]
+fn rank_lost(text: &str) -> bool {
+    failure::rank_lost(text)
+}
+
+/// Whether a rank's error `text` only follows another rank's failure.
+#[pyfunction]
+fn follows_peer(text: &str) -> bool {
+    failure::follows_peer(text)
 }
 
 /// Whether this build runs GPU tensors' collectives on NCCL (the `cuda` feature).
@@ -484,6 +527,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Joining>()?;
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
     m.add_function(wrap_pyfunction!(spec_variables, m)?)?;
+    m.add_function(wrap_pyfunction!(setting_variables, m)?)?;
+    m.add_function(wrap_pyfunction!(setting_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(job_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_lost, m)?)?;
+    m.add_function(wrap_pyfunction!(follows_peer, m)?)?;
+    // Marks an exchanged entry that carries a rank's error instead of its address.
+    m.add("FAILED_ENTRY_PREFIX", FAILED_ENTRY_PREFIX)?;
     m.add_function(wrap_pyfunction!(forward_logs, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(next_log_record, m)?)?;

@@ -3,16 +3,21 @@
 //!
 //! Every edge that starts ranks (the JVM plugin, the Python package, the
 //! `horovodrs` launcher) builds a `RankSpec` and calls `join`; none of them
-//! sequences listen, exchange, connect and engine itself. Users' knobs reach
-//! the spec from Spark conf keys (the JVM puts them in the JSON) or from
-//! Horovod's environment variables ([`environment`], for fields the JSON
-//! leaves out); defaults are declared here and in [`EngineConfig`], once.
+//! sequences listen, exchange, connect and engine itself. Users' settings
+//! reach the spec through one table ([`settings`]): a driver reads Spark
+//! conf keys and Horovod's variables into the spec fields it sends
+//! ([`job_settings`]), a rank fills the fields its JSON leaves out from
+//! Horovod's variables in its own environment; defaults are declared here
+//! and in [`EngineConfig`], once. [`failure`] holds the words by which a
+//! driver tells a lost rank, and an error that only follows another rank's.
 //!
 //! The secret is not part of the spec: it travels as bytes beside it, so it
 //! never sits in a JSON string (on the JVM, an immutable `String`) or a log.
 
-pub mod environment;
+pub mod failure;
+mod formats;
 mod placement;
+pub mod settings;
 
 use std::time::Duration;
 
@@ -26,6 +31,7 @@ use crate::rendezvous::{connect, Listener};
 use crate::rendezvous_service::exchange_entries;
 
 pub use placement::Placement;
+pub use settings::{job_settings, DriverRendezvous, DriverSettings, JobSettings};
 
 /// Where a listener binds when `join` opens it: every interface, any port.
 const BIND_ADDRESS: &str = "0.0.0.0:0";
@@ -113,15 +119,15 @@ fn default_hierarchical_allreduce() -> bool {
 
 impl RankSpec {
     /// The spec in `json`, its missing fields filled from Horovod's
-    /// variables as `variable` looks them up ([`environment`]), then from
+    /// variables as `variable` looks them up ([`settings`]), then from
     /// the defaults. A field in the JSON wins over a variable: an edge that
-    /// sets it (the JVM, from Spark conf) has read the user's choice already.
+    /// sets it (a driver, through [`job_settings`]) has read the user's choice already.
     ///
     /// # Errors
     /// `InvalidArgument` naming the bad field or variable.
     pub fn from_json(json: &str, variable: impl Fn(&str) -> Option<String>) -> Result<RankSpec> {
         let mut value: serde_json::Value = serde_json::from_str(json).map_err(invalid_spec)?;
-        environment::fill_missing(&mut value, variable)?;
+        settings::fill_missing(&mut value, variable)?;
         let spec: RankSpec = serde_json::from_value(value).map_err(invalid_spec)?;
         spec.checked()
     }
