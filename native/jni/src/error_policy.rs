@@ -18,6 +18,10 @@ pub enum JniError {
     /// Java passed an argument the engine cannot use (a closed handle, a bad op).
     #[error("{0}")]
     InvalidArgument(String),
+    /// A Spark conf key or Horovod variable has a value the table of
+    /// settings refuses: the caller's mistake, as Java's own argument checks.
+    #[error(transparent)]
+    Setting(horovod_core::Error),
     /// The trainer rejected a spec, config or data, or failed while training.
     #[error(transparent)]
     Train(horovod_train::Error),
@@ -37,6 +41,7 @@ impl From<horovod_train::Error> for JniError {
 const BASE_EXCEPTION: &str = "horovod/rs/spark/HorovodException";
 const PEER_LOST_EXCEPTION: &str = "horovod/rs/spark/HorovodPeerLostException";
 const TIMEOUT_EXCEPTION: &str = "horovod/rs/spark/HorovodTimeoutException";
+const ARGUMENT_EXCEPTION: &str = "java/lang/IllegalArgumentException";
 
 impl JniError {
     fn java_class(&self) -> &'static str {
@@ -46,6 +51,7 @@ impl JniError {
             // transport fails: a consequence of another rank, like a lost peer.
             JniError::Core(horovod_core::Error::EngineStopped { .. }) => PEER_LOST_EXCEPTION,
             JniError::Core(horovod_core::Error::Timeout { .. }) => TIMEOUT_EXCEPTION,
+            JniError::Setting(_) => ARGUMENT_EXCEPTION,
             _ => BASE_EXCEPTION,
         }
     }

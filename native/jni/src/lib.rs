@@ -13,5 +13,6 @@ mod engine_exports;
 mod error_policy;
 mod exports;
 mod handles;
+mod settings_exports;
 mod table_exports;
 mod train_exports;

@@ -1,115 +1,84 @@
 package horovod.rs.spark;
 
 import java.util.List;
-import java.util.function.BiFunction;
+import java.util.function.Function;
 import org.apache.spark.SparkConf;
 
 /**
- * Every Spark configuration key horovod-rs reads, declared once with its doc and default.
- * Time values accept Spark's suffixes ({@code 30s}, {@code 5min}, {@code 500ms}).
+ * Every Spark configuration key horovod-rs reads. Keys, Horovod's variables, defaults, docs and
+ * parsing are the native table of settings' (native/core's {@code launch/settings.rs}), declared
+ * once for the JVM and the Python package alike; this class names them for Java code. Times take
+ * Spark's format ({@code 30s}, {@code 5min}, {@code 500ms}; a bare number is milliseconds), sizes
+ * too ({@code 64m}, {@code 1g}; a bare number is bytes).
  */
 public final class HorovodConf<T> {
-    public static final HorovodConf<Long> START_TIMEOUT_MS = time(
-            "spark.horovod.rs.startTimeout", "600s",
-            "How long a job may wait for task slots and for all its ranks to start; past it the job fails "
-                    + "saying how many slots or ranks there were (Horovod's `HOROVOD_SPARK_START_TIMEOUT`).");
-    public static final HorovodConf<Long> CONNECT_TIMEOUT_MS = time(
-            "spark.horovod.rs.connectTimeout", "120s",
-            "How long a rank waits for every other rank to connect during rendezvous.");
-    public static final HorovodConf<Long> COLLECTIVE_TIMEOUT_MS = time(
-            "spark.horovod.rs.collectiveTimeout", "600s",
-            "How long a collective may wait on a silent peer before it fails naming that rank.");
-    public static final HorovodConf<Double> GPUS_PER_RANK = new HorovodConf<>(
-            "spark.horovod.rs.gpusPerRank", "0",
-            "GPUs requested for each rank's task; 0 runs on CPUs only.",
-            (conf, key) -> Double.parseDouble(conf.get(key, "0")));
-
-    public static final HorovodConf<Boolean> DRIVER_RENDEZVOUS = new HorovodConf<>(
-            "spark.horovod.rs.driverRendezvous", "true",
-            "Ranks exchange addresses through a service on the driver (executors must reach the driver on "
-                    + "one more port); false uses Spark's barrier allGather, about a second slower per job.",
-            (conf, key) -> parseBoolean(conf.get(key, "true")));
-
+    public static final HorovodConf<Long> CONNECT_TIMEOUT_MS = new HorovodConf<>(
+            "spark.horovod.rs.connectTimeout", s -> s.connectTimeout.toMillis());
+    public static final HorovodConf<Long> COLLECTIVE_TIMEOUT_MS = new HorovodConf<>(
+            "spark.horovod.rs.collectiveTimeout", s -> s.collectiveTimeout.toMillis());
+    public static final HorovodConf<Boolean> HIERARCHICAL_ALLREDUCE = new HorovodConf<>(
+            "spark.horovod.rs.hierarchicalAllreduce", s -> s.hierarchicalAllreduce);
+    public static final HorovodConf<Boolean> TLS = new HorovodConf<>("spark.horovod.rs.tls", s -> s.tls);
     public static final HorovodConf<Long> FUSION_THRESHOLD_BYTES = new HorovodConf<>(
-            "spark.horovod.rs.fusionThreshold", "128m",
-            "Most bytes the engine fuses into one allreduce; 0 turns fusion off; rank 0's value is used "
-                    + "(Horovod's `HOROVOD_FUSION_THRESHOLD`). Spark size suffixes (`64m`, `1g`) apply.",
-            (conf, key) -> conf.getSizeAsBytes(key, "128m"));
-    public static final HorovodConf<Long> CYCLE_TIME_MS = time(
-            "spark.horovod.rs.cycleTime", "1ms",
-            "Time between the starts of two engine cycles: shorter lowers the latency of a single "
-                    + "collective, longer fuses more tensors per cycle (Horovod's `HOROVOD_CYCLE_TIME`).");
-    public static final HorovodConf<Long> STALL_WARNING_MS = time(
-            "spark.horovod.rs.stallWarning", "60s",
-            "A tensor submitted by some ranks and not others for this long is logged with the missing "
-                    + "ranks, and again every period; 0 turns it off (Horovod's "
-                    + "`HOROVOD_STALL_CHECK_TIME_SECONDS`).");
-    public static final HorovodConf<Long> STALL_TIMEOUT_MS = time(
-            "spark.horovod.rs.stallTimeout", "600s",
-            "A tensor submitted by some ranks and not others for this long fails on every rank that "
-                    + "submitted it, naming the missing ranks; 0 waits forever (Horovod's "
-                    + "`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`).");
-
+            "spark.horovod.rs.fusionThreshold", s -> s.fusionThresholdBytes);
+    public static final HorovodConf<Long> CYCLE_TIME_MS = new HorovodConf<>(
+            "spark.horovod.rs.cycleTime", s -> s.cycleTime.toMillis());
+    public static final HorovodConf<Long> STALL_WARNING_MS = new HorovodConf<>(
+            "spark.horovod.rs.stallWarning", s -> s.stallWarning.toMillis());
+    /** Unset, 0.8 times the collective timeout: the stall check names the missing ranks before a wait times out. */
+    public static final HorovodConf<Long> STALL_TIMEOUT_MS = new HorovodConf<>(
+            "spark.horovod.rs.stallTimeout", s -> s.stallTimeout.toMillis());
+    public static final HorovodConf<Long> CACHE_CAPACITY = new HorovodConf<>(
+            "spark.horovod.rs.cacheCapacity", s -> s.cacheCapacity);
+    public static final HorovodConf<Long> START_TIMEOUT_MS = new HorovodConf<>(
+            "spark.horovod.rs.startTimeout", s -> s.startTimeout.toMillis());
     public static final HorovodConf<Integer> FIT_ATTEMPTS = new HorovodConf<>(
-            "spark.horovod.rs.fitAttempts", "3",
-            "How many times a fit runs its barrier job when Spark loses a rank outside the model's code (an "
-                    + "executor dies); every attempt after the first resumes from the store's last checkpoint, or "
-                    + "starts over when the fit has no store. The Python estimators read the same key.",
-            (conf, key) -> atLeastOne(Integer.parseInt(conf.get(key, "3"))));
+            "spark.horovod.rs.fitAttempts", s -> s.fitAttempts);
+    public static final HorovodConf<Double> GPUS_PER_RANK = new HorovodConf<>(
+            "spark.horovod.rs.gpusPerRank", s -> s.gpusPerRank);
+    /** On the JVM, true unless set to false: its driver runs inside the cluster, where the service is the fast way. */
+    public static final HorovodConf<Boolean> DRIVER_RENDEZVOUS = new HorovodConf<>(
+            "spark.horovod.rs.driverRendezvous", s -> s.driverRendezvous);
 
-    /** All keys, for documentation. */
+    /** All keys, in the native table's order. */
     public static final List<HorovodConf<?>> ALL = List.of(
-            START_TIMEOUT_MS, CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, GPUS_PER_RANK, DRIVER_RENDEZVOUS,
-            FUSION_THRESHOLD_BYTES, CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS, FIT_ATTEMPTS);
+            CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, HIERARCHICAL_ALLREDUCE, TLS, FUSION_THRESHOLD_BYTES,
+            CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS, CACHE_CAPACITY, START_TIMEOUT_MS, FIT_ATTEMPTS,
+            GPUS_PER_RANK, DRIVER_RENDEZVOUS);
 
     private final String key;
-    private final String defaultValue;
-    private final String doc;
-    private final BiFunction<SparkConf, String, T> reader;
+    private final Function<JobSettings, T> value;
 
-    private HorovodConf(String key, String defaultValue, String doc, BiFunction<SparkConf, String, T> reader) {
+    private HorovodConf(String key, Function<JobSettings, T> value) {
         this.key = key;
-        this.defaultValue = defaultValue;
-        this.doc = doc;
-        this.reader = reader;
+        this.value = value;
     }
 
-    private static HorovodConf<Long> time(String key, String defaultValue, String doc) {
-        return new HorovodConf<>(key, defaultValue, doc, (conf, k) -> conf.getTimeAsMs(k, defaultValue));
-    }
-
-    private static boolean parseBoolean(String value) {
-        if (value.equalsIgnoreCase("true") || value.equalsIgnoreCase("false")) {
-            return Boolean.parseBoolean(value);
-        }
-        throw new IllegalArgumentException("expected true or false");
-    }
-
-    private static int atLeastOne(int value) {
-        if (value < 1) {
-            throw new IllegalArgumentException("expected a whole number of at least 1");
-        }
-        return value;
-    }
-
+    /**
+     * The value the driver uses: set in {@code conf}, else by Horovod's variable in the driver's
+     * environment, else the default.
+     *
+     * @throws IllegalArgumentException naming a key or variable whose value is refused
+     */
     public T get(SparkConf conf) {
-        try {
-            return reader.apply(conf, key);
-        } catch (RuntimeException e) {
-            throw new IllegalArgumentException("invalid value for " + key + ": " + conf.get(key, defaultValue)
-                    + " (" + e.getMessage() + ")", e);
-        }
+        return value.apply(JobSettings.fromConf(conf));
     }
 
     public String key() {
         return key;
     }
 
+    /** Horovod's environment variable for this setting, or null where Horovod has none. */
+    public String variable() {
+        return NativeSettings.row(key).variable();
+    }
+
+    /** The default in the key's format, e.g. {@code 600s}, or how it derives from another key. */
     public String defaultValue() {
-        return defaultValue;
+        return NativeSettings.row(key).defaultValue();
     }
 
     public String doc() {
-        return doc;
+        return NativeSettings.row(key).doc();
     }
 }

@@ -44,6 +44,30 @@ final class HorovodNative {
      */
     static native long[] join(long listener, String spec, byte[] secret);
 
+    // The table of settings and the words of failures (native/jni/src/settings_exports.rs).
+
+    /**
+     * Every setting of the native table as a JSON array of {@code {"key", "variable", "default",
+     * "doc"}} ({@code variable} null where Horovod has none), in the table's order.
+     */
+    static native String settingTable();
+
+    /**
+     * A job's settings from {@code keys} (Spark conf keys) and {@code variables} (Horovod's), each a
+     * JSON object of strings, as {@code {"spec": {the rank-spec fields set}, "driver": {...}}};
+     * throws {@link IllegalArgumentException} naming a bad key or variable and its value.
+     */
+    static native String jobSettings(String keys, String variables);
+
+    /** The rank-spec fields in {@code fields} (a JSON object) with every default filled. */
+    static native String specWithDefaults(String fields);
+
+    /** Whether Spark's failure {@code text} says a task was lost with its executor. */
+    static native boolean rankLost(String text);
+
+    /** Whether a rank's error {@code text} only follows another rank's failure. */
+    static native boolean followsPeer(String text);
+
     /** Starts the driver's rendezvous service for a job of {@code size} ranks; returns its handle. */
     static native long startRendezvousService(String bindAddress, byte[] secret, int size);
 

@@ -8,21 +8,18 @@ package horovod.rs.spark;
 public class HorovodRankLostException extends HorovodException {
     private static final long serialVersionUID = 1L;
 
-    /** Spark's words for a task lost with its executor, not failed by its own code. */
-    private static final String[] MARKERS = {"ExecutorLostFailure", "Executor heartbeat timed out", "worker lost"};
-
     public HorovodRankLostException(String message, Throwable cause) {
         super(message, cause);
     }
 
-    /** Whether Spark's failure of a stage says a task was lost with its executor. */
+    /**
+     * Whether Spark's failure of a stage says a task was lost with its executor, not failed by its
+     * own code, in Spark's words as native/core's {@code launch::failure} knows them.
+     */
     static boolean isRankLost(Throwable sparkFailure) {
         for (Throwable t = sparkFailure; t != null; t = t.getCause()) {
-            String message = String.valueOf(t.getMessage());
-            for (String marker : MARKERS) {
-                if (message.contains(marker)) {
-                    return true;
-                }
+            if (HorovodNative.rankLost(String.valueOf(t.getMessage()))) {
+                return true;
             }
         }
         return false;

@@ -2,45 +2,42 @@ package horovod.rs.spark;
 
 import java.io.Serializable;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Objects;
-import java.util.function.Consumer;
 import org.apache.spark.SparkConf;
 
 /**
  * How {@link HorovodRunner#run} launches a job and tunes its engine. Immutable; each
- * {@code with...} returns a copy. {@link #fromConf(SparkConf)} takes the defaults from the Spark
- * configuration ({@link HorovodConf}); the options are parsed once, on the driver, and travel to
- * the tasks with the job.
+ * {@code with...} returns a copy. {@link #fromConf(SparkConf)} starts from the Spark
+ * configuration's keys and Horovod's variables in the driver's environment ({@link HorovodConf});
+ * each {@code with...} sets one key. The native table of settings parses them once, on the driver,
+ * and checks them: a refused value throws {@link IllegalArgumentException} naming its key. The
+ * options travel to the tasks with the job, and each rank's spec carries only the settings given,
+ * so a rank fills the rest from its executor's environment ({@code spark.executorEnv.*}), then from
+ * the defaults. The getters say what the ranks run with unless that environment sets them.
  */
-public final class HorovodRunOptions implements Serializable, Cloneable {
-    private static final long serialVersionUID = 2L;
+public final class HorovodRunOptions implements Serializable {
+    private static final long serialVersionUID = 3L;
 
-    private double gpusPerRank;
-    private Duration startTimeout;
-    private Duration connectTimeout;
-    private Duration collectiveTimeout;
-    private boolean driverRendezvous;
-    private long fusionThresholdBytes;
-    private Duration cycleTime;
-    private Duration stallWarning;
-    private Duration stallTimeout;
-    private int maxAttempts = 1;
+    private final JobSettings settings;
+    private final int maxAttempts;
 
-    private HorovodRunOptions() {}
+    private HorovodRunOptions(JobSettings settings, int maxAttempts) {
+        if (maxAttempts < 1) {
+            throw new IllegalArgumentException("maxAttempts must be at least 1, got " + maxAttempts);
+        }
+        this.settings = settings;
+        this.maxAttempts = maxAttempts;
+    }
 
-    /** Options with defaults from {@code conf}. */
+    /** Options from the keys in {@code conf} and Horovod's variables in the driver's environment. */
     public static HorovodRunOptions fromConf(SparkConf conf) {
-        HorovodRunOptions options = new HorovodRunOptions();
-        options.gpusPerRank = HorovodConf.GPUS_PER_RANK.get(conf);
-        options.startTimeout = Duration.ofMillis(HorovodConf.START_TIMEOUT_MS.get(conf));
-        options.connectTimeout = Duration.ofMillis(HorovodConf.CONNECT_TIMEOUT_MS.get(conf));
-        options.collectiveTimeout = Duration.ofMillis(HorovodConf.COLLECTIVE_TIMEOUT_MS.get(conf));
-        options.driverRendezvous = HorovodConf.DRIVER_RENDEZVOUS.get(conf);
-        options.fusionThresholdBytes = HorovodConf.FUSION_THRESHOLD_BYTES.get(conf);
-        options.cycleTime = Duration.ofMillis(HorovodConf.CYCLE_TIME_MS.get(conf));
-        options.stallWarning = Duration.ofMillis(HorovodConf.STALL_WARNING_MS.get(conf));
-        options.stallTimeout = Duration.ofMillis(HorovodConf.STALL_TIMEOUT_MS.get(conf));
-        return options.checked();
+        return new HorovodRunOptions(JobSettings.fromConf(conf), 1);
+    }
+
+    /** Options from the keys in {@code conf} and Horovod's variables in {@code environment}. */
+    static HorovodRunOptions fromConf(SparkConf conf, Map<String, String> environment) {
+        return new HorovodRunOptions(JobSettings.fromConf(conf, environment), 1);
     }
 
     /**
@@ -48,22 +45,22 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
      * job's stage); each rank then sees its addresses in {@link HorovodContext#gpuAddresses()}.
      */
     public HorovodRunOptions withGpusPerRank(double gpus) {
-        return with(copy -> copy.gpusPerRank = gpus);
+        return with(HorovodConf.GPUS_PER_RANK, Double.toString(gpus));
     }
 
     /** How long all ranks may take to start before the job fails (Horovod's {@code start_timeout}). */
     public HorovodRunOptions withStartTimeout(Duration timeout) {
-        return with(copy -> copy.startTimeout = timeout);
+        return with(HorovodConf.START_TIMEOUT_MS, millis(timeout));
     }
 
-    /** How long a rank waits for the others to connect during rendezvous. */
+    /** How long a rank may take to join the job: the address exchange, then connecting to every rank. */
     public HorovodRunOptions withConnectTimeout(Duration timeout) {
-        return with(copy -> copy.connectTimeout = timeout);
+        return with(HorovodConf.CONNECT_TIMEOUT_MS, millis(timeout));
     }
 
     /** How long one collective may wait on a silent peer before it fails. */
     public HorovodRunOptions withCollectiveTimeout(Duration timeout) {
-        return with(copy -> copy.collectiveTimeout = timeout);
+        return with(HorovodConf.COLLECTIVE_TIMEOUT_MS, millis(timeout));
     }
 
     /**
@@ -72,27 +69,45 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
      * {@code allGather} (about a second slower per job, no extra port).
      */
     public HorovodRunOptions withDriverRendezvous(boolean enabled) {
-        return with(copy -> copy.driverRendezvous = enabled);
+        return with(HorovodConf.DRIVER_RENDEZVOUS, Boolean.toString(enabled));
+    }
+
+    /** Whether ranks on several hosts reduce within each host first, then across hosts. */
+    public HorovodRunOptions withHierarchicalAllreduce(boolean enabled) {
+        return with(HorovodConf.HIERARCHICAL_ALLREDUCE, Boolean.toString(enabled));
+    }
+
+    /** Whether the links between ranks are encrypted (TLS 1.3 keyed from the job's secret). */
+    public HorovodRunOptions withTls(boolean enabled) {
+        return with(HorovodConf.TLS, Boolean.toString(enabled));
     }
 
     /** Most bytes the engine fuses into one allreduce; 0 turns fusion off. */
     public HorovodRunOptions withFusionThresholdBytes(long bytes) {
-        return with(copy -> copy.fusionThresholdBytes = bytes);
+        return with(HorovodConf.FUSION_THRESHOLD_BYTES, Long.toString(bytes));
     }
 
     /** Time between the starts of two engine cycles. */
     public HorovodRunOptions withCycleTime(Duration cycleTime) {
-        return with(copy -> copy.cycleTime = cycleTime);
+        return with(HorovodConf.CYCLE_TIME_MS, millis(cycleTime));
     }
 
     /** How long a tensor missing on some ranks waits before it is logged; zero turns it off. */
     public HorovodRunOptions withStallWarning(Duration warning) {
-        return with(copy -> copy.stallWarning = warning);
+        return with(HorovodConf.STALL_WARNING_MS, millis(warning));
     }
 
-    /** How long a tensor missing on some ranks waits before it fails; zero waits forever. */
+    /**
+     * How long a tensor missing on some ranks waits before it fails; zero waits forever. Unset, it
+     * is 0.8 times the collective timeout.
+     */
     public HorovodRunOptions withStallTimeout(Duration timeout) {
-        return with(copy -> copy.stallTimeout = timeout);
+        return with(HorovodConf.STALL_TIMEOUT_MS, millis(timeout));
+    }
+
+    /** Responses the engine keeps in its response cache; 0 turns the cache off. */
+    public HorovodRunOptions withCacheCapacity(long responses) {
+        return with(HorovodConf.CACHE_CAPACITY, Long.toString(responses));
     }
 
     /**
@@ -101,7 +116,7 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
      * over (from its own checkpoint). Estimators use {@code spark.horovod.rs.fitAttempts}.
      */
     public HorovodRunOptions withMaxAttempts(int attempts) {
-        return with(copy -> copy.maxAttempts = attempts);
+        return new HorovodRunOptions(settings, attempts);
     }
 
     public int maxAttempts() {
@@ -109,83 +124,64 @@ public final class HorovodRunOptions implements Serializable, Cloneable {
     }
 
     public boolean driverRendezvous() {
-        return driverRendezvous;
+        return settings.driverRendezvous;
     }
 
     public double gpusPerRank() {
-        return gpusPerRank;
+        return settings.gpusPerRank;
     }
 
     public Duration startTimeout() {
-        return startTimeout;
+        return settings.startTimeout;
     }
 
     public Duration connectTimeout() {
-        return connectTimeout;
+        return settings.connectTimeout;
     }
 
     public Duration collectiveTimeout() {
-        return collectiveTimeout;
+        return settings.collectiveTimeout;
+    }
+
+    public boolean hierarchicalAllreduce() {
+        return settings.hierarchicalAllreduce;
+    }
+
+    public boolean tls() {
+        return settings.tls;
     }
 
     public long fusionThresholdBytes() {
-        return fusionThresholdBytes;
+        return settings.fusionThresholdBytes;
     }
 
     public Duration cycleTime() {
-        return cycleTime;
+        return settings.cycleTime;
     }
 
     public Duration stallWarning() {
-        return stallWarning;
+        return settings.stallWarning;
     }
 
     public Duration stallTimeout() {
-        return stallTimeout;
+        return settings.stallTimeout;
     }
 
-    /** A copy of these options with {@code change} applied, checked. */
-    private HorovodRunOptions with(Consumer<HorovodRunOptions> change) {
-        HorovodRunOptions copy;
-        try {
-            copy = (HorovodRunOptions) clone();
-        } catch (CloneNotSupportedException e) {
-            throw new AssertionError(e);
-        }
-        change.accept(copy);
-        return copy.checked();
+    public long cacheCapacity() {
+        return settings.cacheCapacity;
     }
 
-    private HorovodRunOptions checked() {
-        if (!(gpusPerRank >= 0)) {
-            throw new IllegalArgumentException("gpusPerRank must be >= 0, got " + gpusPerRank);
-        }
-        positive(startTimeout, "startTimeout");
-        positive(connectTimeout, "connectTimeout");
-        positive(collectiveTimeout, "collectiveTimeout");
-        if (fusionThresholdBytes < 0) {
-            throw new IllegalArgumentException("fusionThresholdBytes must be >= 0, got " + fusionThresholdBytes);
-        }
-        notNegative(cycleTime, "cycleTime");
-        notNegative(stallWarning, "stallWarning");
-        notNegative(stallTimeout, "stallTimeout");
-        if (maxAttempts < 1) {
-            throw new IllegalArgumentException("maxAttempts must be at least 1, got " + maxAttempts);
-        }
-        return this;
+    /** The rank-spec fields these options set, as a JSON object: what every rank's spec carries. */
+    String rankSpecFields() {
+        return settings.rankSpecFields;
     }
 
-    private static void positive(Duration value, String name) {
-        notNegative(value, name);
-        if (value.isZero()) {
-            throw new IllegalArgumentException(name + " must be positive, got " + value);
-        }
+    private HorovodRunOptions with(HorovodConf<?> key, String value) {
+        return new HorovodRunOptions(settings.with(key.key(), value), maxAttempts);
     }
 
-    private static void notNegative(Duration value, String name) {
-        Objects.requireNonNull(value, name + " must not be null");
-        if (value.isNegative()) {
-            throw new IllegalArgumentException(name + " must not be negative, got " + value);
-        }
+    /** {@code value} in Spark's time format, whole milliseconds. */
+    private static String millis(Duration value) {
+        return Objects.requireNonNull(value, "a duration must not be null").toMillis() + "ms";
     }
 }

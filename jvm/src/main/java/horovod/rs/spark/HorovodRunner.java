@@ -244,7 +244,7 @@ public final class HorovodRunner {
     static <T> List<T> resultsInRankOrder(RankOutcome[] outcomes, int size) {
         RankOutcome[] sorted = outcomes.clone();
         Arrays.sort(sorted, Comparator.comparingInt(o -> o.rank));
-        RankOutcome rootCause = Arrays.stream(sorted).filter(o -> o.failed() && !o.peerLost).findFirst()
+        RankOutcome rootCause = Arrays.stream(sorted).filter(o -> o.failed() && !o.followsPeer()).findFirst()
                 .orElseGet(() -> Arrays.stream(sorted).filter(RankOutcome::failed).findFirst().orElse(null));
         if (rootCause != null) {
             throw new HorovodJobFailedException(rootCause.rank, size, rootCause.failureClass,

@@ -1,6 +1,8 @@
 package horovod.rs.spark;
 
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
 import java.util.List;
@@ -29,6 +31,29 @@ public class HorovodRunnerTest {
             assertEquals("rank 2 of 3 failed: java.lang.IllegalArgumentException: bad input on rank 2",
                     e.getMessage().lines().findFirst().orElse(""));
         }
+    }
+
+    @Test
+    public void aRankThatOnlySawAnotherLeaveIsNotTheCause() {
+        RankOutcome[] outcomes = {
+            RankOutcome.failure(0, new IllegalStateException("training failed",
+                    new HorovodPeerLostException("the engine has stopped: rank 1 left the job (it threw)"))),
+            RankOutcome.failure(1, new ArithmeticException("/ by zero")),
+        };
+        try {
+            HorovodRunner.resultsInRankOrder(outcomes, 2);
+            fail("expected a failure");
+        } catch (HorovodJobFailedException e) {
+            assertEquals(1, e.rank());
+        }
+    }
+
+    @Test
+    public void sparkLosingAnExecutorOrAPythonWorkerIsALostRank() {
+        assertTrue(HorovodRankLostException.isRankLost(new RuntimeException("job aborted",
+                new RuntimeException("ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"))));
+        assertTrue(HorovodRankLostException.isRankLost(new RuntimeException("Python worker exited unexpectedly")));
+        assertFalse(HorovodRankLostException.isRankLost(new RuntimeException("Task failed: / by zero")));
     }
 
     @Test
