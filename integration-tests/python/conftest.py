@@ -1,25 +1,60 @@
-"""One real Spark cluster for the PySpark tests: a driver (this process) and two executors
-(``local-cluster[2,1,1024]``) with horovod-rs.jar and its plugin, as a user would start them."""
+"""One real Spark cluster for the PySpark tests: a driver and two executors
+(``local-cluster[2,1,1024]``) with horovod-rs.jar and its plugin, as a user would start them.
+
+Classic by default: the driver is this process. With ``HOROVOD_RS_TEST_CONNECT=1`` the same tests
+run from a Spark Connect session instead: a Connect server (the driver of the same kind of
+cluster) is started once for the suite and this process is only its client, as a Spark 4 client,
+Databricks standard access mode or Databricks Connect would be. Tests that need a classic session
+are marked ``classic_only``.
+"""
 
 import os
 
 import pytest
 from pyspark.sql import SparkSession
 
+from connect_server import ConnectServer
 from horovod_rs.spark.common.frameworks import triton_before_tensorflow
 
 # The Keras and the Lightning tests share this process: TensorFlow must not load before Triton.
 triton_before_tensorflow()
 
+MASTER = "local-cluster[2,1,1024]"
+CONNECT = os.environ.get("HOROVOD_RS_TEST_CONNECT") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "classic_only: needs a classic SparkSession (skipped under Connect)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if CONNECT:
+        skip = pytest.mark.skip(reason="needs a classic SparkSession")
+        for item in items:
+            if "classic_only" in item.keywords:
+                item.add_marker(skip)
+
+
+def cluster_conf():
+    """What both kinds of session start their cluster with."""
+    return {
+        "spark.jars": os.environ["HOROVOD_RS_JAR"],
+        "spark.plugins": "horovod.rs.spark.HorovodPlugin",
+        "spark.ui.enabled": "false",
+    }
+
 
 @pytest.fixture(scope="session")
-def spark():
-    session = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
-        .config("spark.jars", os.environ["HOROVOD_RS_JAR"])
-        .config("spark.plugins", "horovod.rs.spark.HorovodPlugin")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+def spark(tmp_path_factory):
+    if CONNECT:
+        with ConnectServer(MASTER, cluster_conf(), tmp_path_factory.mktemp("connect-server")) as server:
+            session = SparkSession.builder.remote(server.url).getOrCreate()
+            yield session
+            session.stop()
+        return
+    builder = SparkSession.builder.master(MASTER)
+    for key, value in cluster_conf().items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     yield session
     session.stop()

@@ -1,11 +1,15 @@
 """horovod_rs.spark.run on a real local-cluster, in the Python workers."""
 
+import re
 import time
 
 import pytest
 
 import horovod_rs.spark
 from horovod_rs.spark.run_api import HorovodRunError
+
+# Runs of the canonical function in the stress test: ranks leave in either order.
+STRESS_RUNS = 20
 
 
 # Functions defined in the tests (not at module level) travel by value: the executors' Python
@@ -66,3 +70,62 @@ def test_the_drivers_horovod_variables_reach_the_ranks_and_env_overrides_them(sp
     assert horovod_rs.spark.run(placement_and_timeout_fn(), num_proc=2) == [(0, 2, 0, 1, 77.0), (1, 2, 0, 1, 77.0)]
     results = horovod_rs.spark.run(placement_and_timeout_fn(), num_proc=2, env={"HOROVOD_RS_TIMEOUT_SECONDS": "88"})
     assert [timeout for *_, timeout in results] == [88.0, 88.0]
+
+
+# Horovod's canonical Run API function. A rank's task leaves the job as soon as its function
+# returns; a rank that calls init() after that must still be in the job's world, never a job of one.
+def world_fn():
+    def world():
+        import horovod_rs.torch as hvd
+
+        hvd.init()
+        return hvd.rank(), hvd.size(), hvd.local_rank()
+    return world
+
+
+def test_every_rank_sees_its_jobs_world_however_the_ranks_interleave(spark):
+    for _ in range(STRESS_RUNS):
+        assert horovod_rs.spark.run(world_fn(), num_proc=2) == [(0, 2, 0), (1, 2, 1)]
+
+
+def after_rank_one_left_fn(rank_one_raises):
+    def after_rank_one_left():
+        from horovod_rs.common import basics
+
+        import horovod_rs.torch as hvd
+
+        if basics.state().rank.rank() == 1:
+            if rank_one_raises:
+                raise ValueError("rank one gives up before init")
+            return "rank one returned at once"
+        # Rank 0 calls init() only once rank 1 has left the job (its engine says so).
+        while basics.state().rank.stopped() is None:
+            time.sleep(0.01)
+        try:
+            hvd.init()
+        except Exception as e:
+            return "init failed: %s: %s" % (type(e).__name__, e)
+        return hvd.rank(), hvd.size(), hvd.local_rank()
+    return after_rank_one_left
+
+
+def test_init_after_a_peer_returned_keeps_the_jobs_world(spark):
+    assert horovod_rs.spark.run(after_rank_one_left_fn(False), num_proc=2) == [(0, 2, 0), "rank one returned at once"]
+
+
+def test_init_after_a_peer_failed_names_it_instead_of_starting_a_job_of_one(spark, tmp_path):
+    def record(fn, path):
+        def recorded():
+            result = fn()
+            with open(path, "w") as f:
+                f.write(str(result))
+            return result
+        return recorded
+
+    seen = str(tmp_path / "rank0")
+    with pytest.raises(HorovodRunError, match="(?s)rank 1 of 2 failed.*ValueError: rank one gives up before init"):
+        horovod_rs.spark.run(record(after_rank_one_left_fn(True), seen), num_proc=2)
+    with open(seen) as f:
+        assert re.fullmatch(r"init failed: HorovodInternalError: rank 0's horovod_rs job has stopped: rank 1 left the "
+                            r"job \(its function failed at [0-9:]+ UTC: ValueError: rank one gives up before init\)",
+                            f.read())

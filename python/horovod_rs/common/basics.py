@@ -38,13 +38,16 @@ class RankSpec:
     environment (``from_env``) or built by an embedding that starts ranks itself (Spark tasks),
     which need not put the job's secret into a reused process's environment.
 
-    The native side fills the rest (timeouts, the engine's knobs, encryption) from Horovod's
-    variables in this process's environment, then from its defaults; ``connect_timeout``
-    (seconds) overrides ``HOROVOD_RS_CONNECT_TIMEOUT_SECONDS``."""
+    ``rendezvous``: the ``host:port`` of the driver's rendezvous service, or every rank's address
+    in rank order (exchanged already). ``fields``: rank-spec fields the job's settings set (the
+    driver's ``spark.horovod.rs.*`` keys and Horovod's variables); the native side fills the rest
+    (timeouts, the engine's knobs, encryption) from Horovod's variables in this process's
+    environment, then from its defaults. ``connect_timeout`` (seconds) overrides both."""
 
-    def __init__(self, rank, size, rendezvous, secret, host="127.0.0.1", connect_timeout=None):
+    def __init__(self, rank, size, rendezvous, secret, host="127.0.0.1", connect_timeout=None, fields=None):
         self.rank, self.size, self.rendezvous, self.secret, self.host = rank, size, rendezvous, secret, host
         self.connect_timeout = connect_timeout
+        self.fields = dict(fields or {})
 
     @classmethod
     def from_env(cls, env):
@@ -54,10 +57,15 @@ class RankSpec:
         return cls(int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"]), env["HOROVOD_RS_RENDEZVOUS"],
                    bytes.fromhex(env["HOROVOD_RS_SECRET"]), host=env.get("HOROVOD_HOSTNAME", "127.0.0.1"))
 
+    def with_entries(self, entries):
+        """This spec with every rank's address, exchanged by the caller."""
+        return RankSpec(self.rank, self.size, list(entries), self.secret, self.host, self.connect_timeout, self.fields)
+
     def to_json(self):
         """The spec the native join reads (native/core's ``launch::RankSpec``), without the secret."""
-        spec = {"rank": self.rank, "size": self.size,
-                "rendezvous": {"service": {"address": self.rendezvous, "host": self.host}}}
+        rendezvous = {"entries": self.rendezvous} if isinstance(self.rendezvous, list) else \
+            {"service": {"address": self.rendezvous, "host": self.host}}
+        spec = dict(self.fields, rank=self.rank, size=self.size, rendezvous=rendezvous)
         if self.connect_timeout is not None:
             spec["connect_timeout_ms"] = max(1, int(self.connect_timeout * 1000))
         return json.dumps(spec)

@@ -1,14 +1,13 @@
 """horovod_rs.spark.run (this module: run_api): Horovod's PySpark Run API.
 
 Runs ``fn`` on ``num_proc`` ranks, one Spark barrier task each in the Python workers; inside,
-``hvd.init()`` finds the job the task already joined (through the rendezvous service this driver
-runs, as the JVM Run API does; Spark's ``BarrierTaskContext.allGather`` polls once a second, which
-would dominate launch). Returns the ranks' results in rank order; a rank's exception fails the call
-with its traceback. The ranks' output is printed on the driver as it happens.
+``hvd.init()`` finds the job the task already joined (``horovod_rs.spark.common.job``). Returns the
+ranks' results in rank order; a rank's exception fails the call with its traceback. The ranks'
+output is printed on the driver as it happens. Works from a classic session and from a Spark
+Connect one.
 """
 
-from pyspark.sql import SparkSession
-
+from horovod_rs.spark.common import session
 from horovod_rs.spark.common.job import BarrierJob, HorovodRunError, run_attempts  # noqa: F401  (API)
 
 
@@ -24,48 +23,29 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
     connect with horovod_rs's own transports and run in Spark's Python workers. ``use_gpu``
     asks Spark for one GPU per task (a task resource profile). ``max_attempts`` (horovod_rs's own)
     runs the whole job again, up to that many times in all, when Spark loses a rank outside
-    ``fn`` (an executor dies); ``fn`` must then be able to start over (from its own checkpoint)."""
-    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-    sc = spark.sparkContext
-    num_proc = num_proc or sc.defaultParallelism
+    ``fn`` (an executor dies); ``fn`` must then be able to start over (from its own checkpoint).
+
+    Runs from a classic session and from a Spark Connect one (the active session)."""
+    spark = session.active_session()
+    num_proc = num_proc or session.default_parallelism(spark)
     payload = _dumps((fn, args, kwargs or {}))
 
+    def call(rank, batches):
+        import cloudpickle
+
+        function, fn_args, fn_kwargs = cloudpickle.loads(payload)
+        return function(*fn_args, **fn_kwargs)
+
     def attempt(number):
-        return _run_once(sc, payload, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp,
-                         use_gpu, number)
+        with BarrierJob(spark, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp,
+                        use_gpu=use_gpu, description="horovod_rs.spark.run (attempt %d)" % number) as job:
+            return job.run(call)
 
     def on_retry(number, error):
         print("horovod_rs.spark.run: attempt %d lost a rank outside fn; starting attempt %d.\n%s"
               % (number, number + 1, error), flush=True)
 
     return run_attempts(max_attempts, attempt, on_retry, "max_attempts")
-
-
-def _run_once(sc, payload, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp, use_gpu,
-              number):
-    with BarrierJob(sc, num_proc, start_timeout, env, stdout, stderr, prefix_output_with_timestamp) as job:
-        ranks = job.ranks
-
-        def task(_):
-            import cloudpickle
-
-            def call(rank):
-                function, fn_args, fn_kwargs = cloudpickle.loads(payload)
-                return function(*fn_args, **fn_kwargs)
-
-            yield ranks.outcome(call)
-
-        rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(task)
-        if use_gpu:
-            from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
-
-            rdd = rdd.withResources(ResourceProfileBuilder().require(
-                TaskResourceRequests().cpus(1).resource("gpu", 1)).build)
-        sc.setJobDescription("horovod_rs.spark.run: %d ranks (attempt %d)" % (num_proc, number))
-        try:
-            return job.results(job.collect(rdd))
-        finally:
-            sc.setJobDescription(None)
 
 
 def _dumps(value):

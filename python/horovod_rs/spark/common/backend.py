@@ -6,13 +6,11 @@ as Arrow record batches, so nothing is written to the store first. A custom ``Ba
 ``run`` and ``num_processes``) gets the data through Parquet in the store, as Horovod's does.
 """
 
-import os
-
-import pyspark
+from horovod_rs.spark.common import session
 
 
 def default_num_proc():
-    return pyspark.SparkContext._active_spark_context.defaultParallelism
+    return session.default_parallelism(session.active_session())
 
 
 class Backend:
@@ -50,30 +48,13 @@ class SparkBackend(Backend):
     def run_on_dataframe(self, fn, df, env=None, description="horovod_rs"):
         """Runs ``fn(rank, batches)`` on every rank, ``batches`` iterating over the rank's partition
         of ``df`` as Arrow record batches; returns the results in rank order."""
-        import pyarrow as pa
-
         from horovod_rs.spark.common.job import BarrierJob
 
-        options = {k: self._kwargs[k] for k in ("start_timeout", "stdout", "stderr", "prefix_output_with_timestamp")
-                   if k in self._kwargs}
-        sc = df.sparkSession.sparkContext
-        n = self._num_proc
-        with BarrierJob(sc, n, env=self._merged_env(env), **options) as job:
-            ranks = job.ranks
-            schema = pa.schema([("rank", pa.int32()), ("ok", pa.bool_()), ("payload", pa.binary())])
-
-            def task(batches):
-                rank, ok, payload = ranks.outcome(fn, batches)
-                yield pa.RecordBatch.from_pydict({"rank": [rank], "ok": [ok], "payload": [payload]}, schema=schema)
-
-            if df.rdd.getNumPartitions() != n:
-                df = df.repartition(n)
-            frame = df.mapInArrow(task, "rank int, ok boolean, payload binary", barrier=True)
-            sc.setJobDescription("%s: %d ranks" % (description, n))
-            try:
-                return job.results(job.collect(frame))
-            finally:
-                sc.setJobDescription(None)
+        options = {k: self._kwargs[k] for k in ("start_timeout", "stdout", "stderr", "prefix_output_with_timestamp",
+                                                "use_gpu") if k in self._kwargs}
+        with BarrierJob(df.sparkSession, self._num_proc, env=self._merged_env(env), description=description,
+                        **options) as job:
+            return job.run(fn, df)
 
     def _merged_env(self, env):
         merged = dict(self._env)

@@ -102,6 +102,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
     def _check_params(self):
         if self.getModel() is None:
             raise ValueError("Model parameter is required")
+        store = self.getStore()
+        if store is not None and store.saving_runs():
+            store.check_writable()
         if not self.getFeatureCols():
             raise ValueError("feature_cols is required: the columns that feed the model's inputs, in order")
         if not self.getLabelCols():
@@ -138,6 +141,8 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             expressions.append((F.rand(seed if seed is not None else 0) < float(self.getValidation()))
                                .alias(VALIDATION_COLUMN))
         prepared = df.select(*expressions)
+        if prepared.isEmpty():
+            raise ValueError("the DataFrame has no rows to train on")
         run_id, resume = self._run()
         retries = []
         if hasattr(backend, "run_on_dataframe"):
@@ -156,7 +161,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         """Trains over the DataFrame; when Spark loses a rank outside the model's code (an executor
         dies), runs the job again (``spark.horovod.rs.fitAttempts`` in all), resuming from the
         store's last checkpoint. ``retries`` receives one entry per retry."""
-        from horovod_rs.spark.common.job import FIT_ATTEMPTS_KEY, fit_attempts, run_attempts
+        from horovod_rs.spark.common.job import FIT_ATTEMPTS_KEY, JobSettings, run_attempts
 
         state = {"resume": resume}
 
@@ -177,7 +182,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             print("horovod_rs: attempt %d lost a rank outside the model's code; attempt %d %s.\n%s"
                   % (number, number + 1, where, error), flush=True)
 
-        return run_attempts(fit_attempts(prepared.sparkSession.sparkContext), attempt, on_retry, FIT_ATTEMPTS_KEY)
+        return run_attempts(JobSettings(prepared.sparkSession).fit_attempts, attempt, on_retry, FIT_ATTEMPTS_KEY)
 
     def _run(self):
         """This fit's run id (given, or new) and what it resumes from (None: a new run)."""

@@ -1,35 +1,43 @@
-"""One job of horovod_rs ranks as one Spark barrier stage: the driver's side (task slots, the
-rendezvous service, the ranks' output, their outcomes) and each rank's side (joining the job for
-the duration of its task).
+"""One job of horovod_rs ranks as one Spark barrier stage: the driver's side (settings, task slots,
+the rendezvous, the ranks' output, cancelling, their outcomes) and each rank's side (joining the
+job for the duration of its task).
+
+The one Spark driver path of the Python package, for a classic session and a Spark Connect one
+alike: the stage is a DataFrame's barrier ``mapInArrow`` (``spark.range(n, numPartitions=n)`` for
+the Run API, the training DataFrame for a fit), settings come from ``spark.conf`` and Horovod's
+variables through the native settings table, and the job is cancelled by its session tag.
+
+Where the ranks find each other: through a rendezvous service on the driver when the driver runs
+in the cluster (a classic session: fastest), else among themselves inside the cluster (Spark's
+barrier ``allGather``, about a second per job), since a Connect client may be out of the
+executors' reach. ``spark.horovod.rs.driverRendezvous`` forces either way.
 
 Every rank reports an outcome instead of failing its task: a failed task would abort the stage
 with Spark's generic message, while an outcome carries the rank's own traceback. A rank that
-fails leaves the job at once, so the others' collectives fail fast too; the driver then names the
-rank whose failure was its own, not the ranks that only lost their peer.
+fails leaves the job at once, telling the others why, so their collectives fail fast too; the
+driver then names the rank whose failure was its own, not the ranks that only lost their peer.
 
-The job's secret reaches the ranks inside the task's closure and joins them through an explicit
-``RankSpec``: it never enters the environment of Spark's reused Python workers.
+The job's secret and settings reach the ranks inside the task's closure and the rank spec: they
+never enter the environment of Spark's reused Python workers.
 """
 
+import json
 import os
 import secrets
+import threading
 import time
 import traceback
 from contextlib import contextmanager
 
 import cloudpickle
 
+from horovod_rs.spark.common import session
+
 POLL_S = 0.2
-
-# Messages of the engine's errors that follow another rank's failure (the peer's own error is the
-# cause worth reporting).
-_CONSEQUENCES = ("connection to rank", "the engine has stopped", "unusable after an earlier failure",
-                 "HorovodInternalError", "lost its peer")
-
-
-# Spark's words for a task lost with its executor or Python worker, not failed by its own code.
-_RANK_LOST = ("ExecutorLostFailure", "Python worker exited unexpectedly", "Executor heartbeat timed out",
-              "worker lost", "Worker crashed")
+# How often a job waiting for task slots says what it waits for.
+WAITING_NOTE_S = 30.0
+# The columns of a rank's outcome row.
+OUTCOME_SCHEMA = "rank int, ok boolean, payload binary, output string"
 
 
 class HorovodRunError(RuntimeError):
@@ -44,18 +52,25 @@ class HorovodRankLostError(HorovodRunError):
 # A Spark conf key: how many times a fit runs its barrier job when ranks are lost outside the
 # model's code; every attempt after the first resumes from the store's last checkpoint.
 FIT_ATTEMPTS_KEY = "spark.horovod.rs.fitAttempts"
-DEFAULT_FIT_ATTEMPTS = 3
 
 
-def fit_attempts(sc):
-    value = sc.getConf().get(FIT_ATTEMPTS_KEY, str(DEFAULT_FIT_ATTEMPTS))
-    try:
-        attempts = int(value)
-    except ValueError:
-        attempts = 0
-    if attempts < 1:
-        raise ValueError("%s must be a whole number of at least 1, not %r" % (FIT_ATTEMPTS_KEY, value))
-    return attempts
+class JobSettings:
+    """A job's settings, read once on the driver from the session's ``spark.horovod.rs.*`` keys
+    and Horovod's variables (this process's, then the job's ``env``) through the native table:
+    ``spec`` (the rank-spec fields they set, sent to every rank) and the driver's own."""
+
+    def __init__(self, spark, env=None):
+        from horovod_rs import _native
+
+        keys = session.confs(spark, _native.setting_keys())
+        variables = {name: os.environ[name] for name in _native.setting_variables() if name in os.environ}
+        variables.update({k: str(v) for k, v in (env or {}).items() if k in _native.setting_variables()})
+        settings = json.loads(_native.job_settings(keys, variables))
+        self.spec = settings["spec"]
+        driver = settings["driver"]
+        self.start_timeout = driver["start_timeout_s"]
+        self.fit_attempts = driver["fit_attempts"]
+        self.driver_rendezvous = driver["driver_rendezvous"]
 
 
 def run_attempts(attempts, run, on_retry, knob):
@@ -72,61 +87,72 @@ def run_attempts(attempts, run, on_retry, knob):
             on_retry(attempt, error)
 
 
-def slots(sc):
-    jsc = sc._jsc.sc()
-    return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
-
-
-def await_slots(sc, num_proc, start_timeout):
-    """Waits until the cluster can run ``num_proc`` tasks at once (a barrier stage needs them all)."""
-    deadline = time.time() + start_timeout
-    available = slots(sc)
+def await_slots(spark, num_proc, start_timeout):
+    """Returns once the cluster can run ``num_proc`` tasks at once (a barrier stage needs them
+    all). A cluster that cannot grow fails at once; one that can (executors starting, dynamic
+    allocation) is waited for up to ``start_timeout``, saying what for."""
+    available = session.task_slots(spark)
+    if available is None or available >= num_proc:
+        return
+    if not session.cluster_can_grow(spark):
+        raise TimeoutError("the cluster has %d task slots for %d processes, and it cannot grow (master %s): lower "
+                           "num_proc or start a larger cluster" % (available, num_proc,
+                                                                   session.conf(spark, "spark.master")))
+    started = time.time()
+    said = None
     while available < num_proc:
-        if time.time() > deadline:
+        waited = time.time() - started
+        if waited > start_timeout:
             raise TimeoutError("the cluster has %d task slots for %d processes after waiting %.0f s (add executors "
                                "or cores, lower num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT)"
                                % (available, num_proc, start_timeout))
+        if said is None or time.time() - said >= WAITING_NOTE_S:
+            print("horovod_rs: waiting for %d task slots; the cluster has %d (executors starting or dynamic "
+                  "allocation); giving up after %.0f s" % (num_proc, available, start_timeout), flush=True)
+            said = time.time()
         time.sleep(POLL_S)
-        available = slots(sc)
-
-
-def default_start_timeout():
-    return float(os.environ.get("HOROVOD_SPARK_START_TIMEOUT", "600"))
+        available = session.task_slots(spark)
 
 
 class BarrierJob:
-    """The driver's side of one job: ``with BarrierJob(sc, n) as job:`` run a barrier stage whose
-    tasks call ``job.ranks.session()``, then ``job.results(outcomes)``."""
+    """The driver's side of one job: ``with BarrierJob(spark, n) as job: job.run(fn, df)``."""
 
-    def __init__(self, sc, num_proc, start_timeout=None, env=None, stdout=None, stderr=None,
-                 prefix_output_with_timestamp=False, forward_output=True):
-        self.sc, self.num_proc = sc, num_proc
-        self._start_timeout = default_start_timeout() if start_timeout is None else start_timeout
-        self._env = dict(env or {})
+    def __init__(self, spark, num_proc, start_timeout=None, env=None, stdout=None, stderr=None,
+                 prefix_output_with_timestamp=False, forward_output=True, use_gpu=False,
+                 description="horovod_rs"):
+        self.spark, self.num_proc = spark, num_proc
+        self._start_timeout = start_timeout
+        self._env = {str(k): str(v) for k, v in (env or {}).items()}
         self._output_options = dict(stdout=stdout, stderr=stderr,
                                     prefix_output_with_timestamp=prefix_output_with_timestamp)
         self._forward_output = forward_output
+        self._use_gpu = use_gpu
+        self._description = description
         self._service = self._output = None
 
     def __enter__(self):
         from horovod_rs import _native
         from horovod_rs.spark.common.output import OutputServer
 
-        await_slots(self.sc, self.num_proc, self._start_timeout)
+        if self.num_proc < 1:
+            raise ValueError("num_proc must be at least 1, not %r" % (self.num_proc,))
+        settings = JobSettings(self.spark, self._env)
+        if self._start_timeout is None:
+            self._start_timeout = settings.start_timeout
+        await_slots(self.spark, self.num_proc, self._start_timeout)
         secret = secrets.token_bytes(32)
-        self._service = _native.Rendezvous(secret, self.num_proc)
-        host = self.sc.getConf().get("spark.driver.host")
+        rendezvous = None
+        if settings.driver_rendezvous == "on" or (settings.driver_rendezvous == "auto"
+                                                  and not session.is_connect(self.spark)):
+            self._service = _native.Rendezvous(secret, self.num_proc)
+            rendezvous = "%s:%d" % (session.executors_reach_this_process_at(self.spark), self._service.port())
         output_address = token = None
         if self._forward_output:
             token = secrets.token_hex(16)
             self._output = OutputServer(token, **self._output_options)
-            output_address = "%s:%d" % (host, self._output.port)
-        # Horovod's knobs set on the driver reach the ranks, as in Horovod; ``env`` wins over them.
-        env = {name: os.environ[name] for name in _native.spec_variables() if name in os.environ}
-        env.update(self._env)
-        self.ranks = RankContext(
-            size=self.num_proc, rendezvous="%s:%d" % (host, self._service.port()), secret=secret, env=env,
-            output_address=output_address, output_token=token)
+            output_address = "%s:%d" % (session.executors_reach_this_process_at(self.spark), self._output.port)
+        self.ranks = RankContext(size=self.num_proc, secret=secret, spec=settings.spec, rendezvous=rendezvous,
+                                 env=self._env, output_address=output_address, output_token=token)
         return self
 
     def __exit__(self, *exc):
@@ -136,30 +162,125 @@ class BarrierJob:
             self._output.close()
         return False
 
-    def collect(self, frame_or_rdd):
-        """Runs the stage (``collect``) and returns its outcomes; a task that failed outside
-        ``RankContext.outcome`` (Spark aborted the stage) becomes a ``HorovodRunError``."""
+    def run(self, fn, df=None):
+        """Runs ``fn(rank, batches)`` on every rank, ``batches`` iterating over the rank's partition
+        of ``df`` as Arrow record batches (``df`` is repartitioned to one partition per rank; by
+        default there is no data); returns the results in rank order."""
+        import pyarrow as pa
+
+        ranks, n = self.ranks, self.num_proc
+
+        def task(batches):
+            rank, ok, payload, output = ranks.outcome(fn, batches)
+            yield pa.RecordBatch.from_pydict({"rank": [rank], "ok": [ok], "payload": [payload], "output": [output]},
+                                             schema=pa.schema([("rank", pa.int32()), ("ok", pa.bool_()),
+                                                               ("payload", pa.binary()), ("output", pa.string())]))
+
+        if df is None:
+            df = self.spark.range(0, n, 1, n)
+        elif session.num_partitions(df) != n:
+            df = df.repartition(n)
+        stage = df.mapInArrow(task, OUTCOME_SCHEMA, barrier=True, **self._resources())
+        return self.results(self.collect(stage))
+
+    def _resources(self):
+        """A GPU per rank, when asked (a task resource profile of the stage)."""
+        if not self._use_gpu:
+            return {}
+        if session.spark_version(self.spark) < (4, 0):
+            raise ValueError("use_gpu needs Spark 4 (a barrier stage of a DataFrame with a resource profile); on "
+                             "Spark 3.5 give every task a GPU with spark.task.resource.gpu.amount=1 instead")
+        from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+        return {"profile": ResourceProfileBuilder().require(TaskResourceRequests().cpus(1).resource("gpu", 1)).build}
+
+    def collect(self, stage):
+        """Runs the stage and returns its outcome rows. Ctrl-C (or any exception here) cancels the
+        job on the cluster; a task that failed outside ``RankContext.outcome`` (Spark aborted the
+        stage) becomes a ``HorovodRunError``; a Connect session that reports progress bounds the
+        wait for every rank to start by the start timeout."""
+        from horovod_rs import _native
+
+        # The tag names the job in Spark's UI too (tags may not hold commas).
+        tag = "%s [%s]" % (self._description.replace(",", ";"), secrets.token_hex(6))
+        start = _StartWatch(self.spark, self.num_proc, self._start_timeout, tag)
         try:
-            return frame_or_rdd.collect()
-        except Exception as e:  # py4j's or pyspark's error for an aborted stage
-            lost = any(marker in str(e) for marker in _RANK_LOST)
+            with session.tagged(self.spark, tag):
+                rows = stage.collect()
+        except BaseException as e:
+            session.interrupt(self.spark, tag)
+            if start.timed_out:
+                raise TimeoutError("only %d of %d ranks started within %.0f s: other jobs hold the cluster's task "
+                                   "slots (free them, lower num_proc, or raise start_timeout / "
+                                   "spark.horovod.rs.startTimeout)" % (start.most, self.num_proc,
+                                                                      self._start_timeout)) from None
+            if not isinstance(e, Exception):
+                raise  # Ctrl-C: the job is cancelled, nothing to report
+            lost = _native.rank_lost(str(e))
             raise (HorovodRankLostError if lost else HorovodRunError)(
                 "the horovod_rs job of %d processes failed in Spark:\n%s" % (self.num_proc, _spark_failure(e))) from None
+        finally:
+            start.stop()
+        return [(row["rank"], row["ok"], row["payload"], row["output"]) for row in rows]
 
     def results(self, outcomes):
-        """The ranks' results in rank order, or a ``HorovodRunError`` naming the rank that failed."""
-        outcomes = sorted((int(rank), bool(ok), bytes(payload)) for rank, ok, payload in outcomes)
-        missing = sorted(set(range(self.num_proc)) - {rank for rank, _, _ in outcomes})
+        """The ranks' results in rank order, or a ``HorovodRunError`` naming the rank that failed.
+        Output the ranks could not send live is printed first."""
+        outcomes = sorted((int(rank), bool(ok), bytes(payload), output) for rank, ok, payload, output in outcomes)
+        self._print_late_output(outcomes)
+        missing = sorted(set(range(self.num_proc)) - {rank for rank, _, _, _ in outcomes})
         if missing:
             raise HorovodRunError("ranks %s of %d reported nothing" % (missing, self.num_proc))
-        failures = [(rank, cloudpickle.loads(payload)) for rank, ok, payload in outcomes if not ok]
+        failures = [(rank, cloudpickle.loads(payload)) for rank, ok, payload, _ in outcomes if not ok]
         if failures:
             own = [(rank, f) for rank, f in failures if not f["consequence"]] or failures
             rank, failure = own[0]
             followers = sorted(r for r, _ in failures if r != rank)
             also = " (then ranks %s failed too)" % followers if followers else ""
             raise HorovodRunError("rank %d of %d failed%s:\n%s" % (rank, self.num_proc, also, failure["traceback"]))
-        return [cloudpickle.loads(payload) for _, _, payload in outcomes]
+        return [cloudpickle.loads(payload) for _, _, payload, _ in outcomes]
+
+    def _print_late_output(self, outcomes):
+        from horovod_rs.spark.common.output import replay
+
+        late = [(rank, output) for rank, _, _, output in outcomes if output]
+        if not late or self._output is None:
+            return
+        print("horovod_rs: the ranks could not reach this process for live output (%s); what they printed:"
+              % self.ranks.output_address, flush=True)
+        for rank, output in late:
+            replay(self._output, rank, output)
+
+
+class _StartWatch:
+    """Under a Connect session that reports progress: cancels the job (by ``tag``) when fewer than
+    ``num_proc`` tasks ran within ``timeout`` seconds of submission. A classic session waited for
+    its slots before submitting (``await_slots``); there a started stage runs every rank at once."""
+
+    def __init__(self, spark, num_proc, timeout, tag):
+        self.most, self.timed_out = 0, False
+        self._done = threading.Event()
+        self._stop_progress = session.watch_progress(spark, self._progress)
+        if self._stop_progress is None:
+            return
+
+        def watch():
+            if not self._done.wait(timeout) and self.most < num_proc:
+                self.timed_out = True
+                session.interrupt(spark, tag)
+
+        self._num_proc = num_proc
+        threading.Thread(target=watch, name="horovod_rs-start-watch", daemon=True).start()
+
+    def _progress(self, inflight_tasks):
+        self.most = max(self.most, inflight_tasks)
+        if self.most >= self._num_proc:
+            self._done.set()
+
+    def stop(self):
+        self._done.set()
+        if self._stop_progress is not None:
+            self._stop_progress()
 
 
 def _spark_failure(error):
@@ -170,60 +291,87 @@ def _spark_failure(error):
 
 
 class RankContext:
-    """What each task needs to join the job (shipped inside the task's closure)."""
+    """What each task needs to join the job (shipped inside the task's closure): the job's size and
+    secret, the spec fields its settings set, the driver's rendezvous service (None: the ranks
+    exchange their addresses with Spark's allGather), the ``env`` the function runs with, and
+    where to send output."""
 
-    def __init__(self, size, rendezvous, secret, env, output_address, output_token):
-        self.size, self.rendezvous, self.secret, self.env = size, rendezvous, secret, env
+    def __init__(self, size, secret, spec, rendezvous, env, output_address, output_token):
+        self.size, self.secret, self.spec, self.rendezvous, self.env = size, secret, spec, rendezvous, env
         self.output_address, self.output_token = output_address, output_token
 
     def outcome(self, fn, *args, **kwargs):
-        """Runs ``fn(rank, ...)`` as this task's rank of the job; returns ``(rank, ok, payload)``."""
+        """Runs ``fn(rank, ...)`` as this task's rank of the job; returns ``(rank, ok, payload,
+        output)``, ``output`` being what the rank printed when it could not send it live."""
         from pyspark import BarrierTaskContext
 
+        from horovod_rs import _native
+        from horovod_rs.spark.common.output import forward_output
+
         rank = BarrierTaskContext.get().partitionId()
+        output = forward_output(self.output_address, self.output_token, rank)
         try:
-            with self.session() as rank:
-                return rank, True, cloudpickle.dumps(fn(rank, *args, **kwargs))
+            with output:
+                with self.session() as rank:
+                    result = cloudpickle.dumps(fn(rank, *args, **kwargs))
+            return rank, True, result, output.undelivered()
         except BaseException as e:
-            failure = {"traceback": traceback.format_exc(), "consequence": _is_consequence(e)}
-            return rank, False, cloudpickle.dumps(failure)
+            text = traceback.format_exc()
+            failure = {"traceback": text, "consequence": _native.follows_peer("%s: %s" % (type(e).__name__, e))}
+            return rank, False, cloudpickle.dumps(failure), output.undelivered()
 
     @contextmanager
     def session(self):
-        """Within the block this process is a rank of the job: joined, with the job's environment
-        and its output forwarded to the driver; it leaves the job and restores its environment after."""
+        """Within the block this process is a rank of the job, with the job's ``env`` in its
+        environment (Horovod's ``env``); after it, the rank has left the job (telling the others
+        whether it returned or failed) and the environment is as it was."""
         from pyspark import BarrierTaskContext
 
         from horovod_rs.common import basics
-        from horovod_rs.spark.common.output import forward_output
 
         ctx = BarrierTaskContext.get()
         rank = ctx.partitionId()
         host = ctx.getTaskInfos()[rank].address.rsplit(":", 1)[0]
-        gpus = ctx.resources().get("gpu")
-        saved = dict(os.environ)
-        os.environ.update(self.env)
-        os.environ["HOROVOD_RS_GPUS"] = ",".join(gpus.addresses) if gpus else ""
-        try:
-            output = forward_output(self.output_address, self.output_token, rank) if self.output_address \
-                else _nothing()
-            with output:
-                # Horovod's variables among the job's environment (set above) fill in the knobs.
-                basics.init_rank(basics.RankSpec(rank, self.size, self.rendezvous, self.secret, host=host))
-                try:
-                    yield rank
-                finally:
-                    basics.shutdown()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        error = None
+        with _environment(self.env):
+            try:
+                spec = basics.RankSpec(rank, self.size, self.rendezvous, self.secret, host=host, fields=self.spec)
+                basics.join_task(spec, None if self.rendezvous else lambda: _join_with_all_gather(ctx, spec))
+                yield rank
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                basics.leave_task(error)
+
+
+def _join_with_all_gather(ctx, spec):
+    """Joins ``spec``'s job with the ranks' addresses exchanged through Spark's barrier
+    ``allGather``: every rank takes part, a rank that cannot listen with its error instead of an
+    address, so that every rank then fails naming it."""
+    from horovod_rs import _native
+
+    try:
+        joining = _native.Joining()
+        entry = "%s:%d" % (spec.host, joining.port())
+    except Exception as e:
+        joining, entry = None, "%s%s" % (_native.FAILED_ENTRY_PREFIX, e)
+    entries = ctx.allGather(entry)
+    if joining is None:
+        raise RuntimeError("rank %d could not start its rendezvous listener: %s" % (spec.rank, entry[1:]))
+    return joining.join(spec.with_entries(entries).to_json(), spec.secret)
 
 
 @contextmanager
-def _nothing():
-    yield
-
-
-def _is_consequence(error):
-    text = "%s: %s" % (type(error).__name__, error)
-    return any(marker in text for marker in _CONSEQUENCES)
+def _environment(env):
+    """``env`` set in this process's environment within the block, then restored."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

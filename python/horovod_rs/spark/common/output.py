@@ -4,8 +4,13 @@ progress lines) are forwarded line by line, prefixed ``[rank]<stdout>:`` as the 
 The driver listens on a port; a rank connects, proves it belongs to the job with the job's output
 token (a random value of its own, not the engine's secret), and sends lines. A rank keeps writing
 to its own streams too, so the executor's logs hold the same lines.
+
+A Spark Connect client may be out of the executors' reach (a laptop with Databricks Connect): a
+rank that cannot connect keeps its last lines instead, and the driver prints them when the job
+has ended (``forward_output.undelivered``, ``OutputServer.emit``).
 """
 
+import collections
 import datetime
 import hmac
 import io
@@ -14,15 +19,21 @@ import socketserver
 import sys
 import threading
 
+# How long a rank tries to reach the driver for its output before it keeps the lines instead.
+CONNECT_TIMEOUT_S = 5
+# Lines a rank keeps when it cannot send them live (the last ones).
+KEPT_LINES = 2000
+
 
 class OutputServer:
     """Prints the lines the ranks send to ``stdout``/``stderr`` (the driver's by default)."""
 
     def __init__(self, token, stdout=None, stderr=None, prefix_output_with_timestamp=False):
         self.token = token
-        targets = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
-        lock = threading.Lock()
-        timestamps = prefix_output_with_timestamp
+        self._targets = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
+        self._lock = threading.Lock()
+        self._timestamps = prefix_output_with_timestamp
+        emit = self.emit
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
@@ -32,13 +43,7 @@ class OutputServer:
                 for raw in self.rfile:
                     rank, _, rest = raw.decode("utf-8", "replace").partition("\t")
                     stream, _, text = rest.partition("\t")
-                    line = "[%s]<%s>:%s" % (rank, stream, text)
-                    if timestamps:
-                        line = datetime.datetime.now().strftime("%a %b %d %H:%M:%S %Y") + "[" + line[1:]
-                    with lock:
-                        target = targets.get(stream, targets["stdout"])
-                        target.write(line if line.endswith("\n") else line + "\n")
-                        target.flush()
+                    emit(rank, text, stream)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -52,16 +57,28 @@ class OutputServer:
     def port(self):
         return self._server.server_address[1]
 
+    def emit(self, rank, text, stream="stdout"):
+        """Prints one line of ``rank``'s ``stream`` as the launcher does."""
+        line = "[%s]<%s>:%s" % (rank, stream, text)
+        if self._timestamps:
+            line = datetime.datetime.now().strftime("%a %b %d %H:%M:%S %Y") + "[" + line[1:]
+        with self._lock:
+            target = self._targets.get(stream, self._targets["stdout"])
+            target.write(line if line.endswith("\n") else line + "\n")
+            target.flush()
+
     def close(self):
         self._server.shutdown()
         self._server.server_close()
 
 
 class _ForwardingStream(io.TextIOBase):
-    """A text stream that writes through to ``original`` and sends complete lines to the driver."""
+    """A text stream that writes through to ``original`` and sends complete lines to the driver
+    (or, without a connection, keeps them in ``kept``)."""
 
-    def __init__(self, original, connection, rank, name, lock):
+    def __init__(self, original, connection, rank, name, lock, kept):
         self._original, self._connection, self._rank, self._name, self._lock = original, connection, rank, name, lock
+        self._kept = kept
         self._pending = ""
 
     def writable(self):
@@ -87,6 +104,9 @@ class _ForwardingStream(io.TextIOBase):
             self._pending = ""
 
     def _send(self, line):
+        if self._connection is None:
+            self._kept.append((self._name, line))
+            return
         message = ("%d\t%s\t%s\n" % (self._rank, self._name, line)).encode("utf-8", "replace")
         with self._lock:
             try:
@@ -96,33 +116,52 @@ class _ForwardingStream(io.TextIOBase):
 
 
 class forward_output:
-    """Within the block, this process's ``sys.stdout``/``sys.stderr`` also go to the driver."""
+    """Within the block, this process's ``sys.stdout``/``sys.stderr`` also go to the driver at
+    ``address`` (none: they stay here); lines that cannot reach it are kept for
+    ``undelivered``."""
 
     def __init__(self, address, token, rank):
         self._address, self._token, self._rank = address, token, rank
+        self._connection = None
+        self._kept = collections.deque(maxlen=KEPT_LINES)
 
     def __enter__(self):
         self._saved = sys.stdout, sys.stderr
+        if self._address is None:
+            return self
         host, port = self._address.rsplit(":", 1)
         try:
-            self._connection = socket.create_connection((host, int(port)), timeout=30)
+            self._connection = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
             self._connection.settimeout(None)
             self._connection.sendall((self._token + "\n").encode())
         except OSError as e:
-            print("horovod_rs: cannot forward output to the driver at %s (%s); it stays in this executor's log"
-                  % (self._address, e), file=sys.stderr)
+            print("horovod_rs: cannot send output to the driver at %s (%s); it stays in this executor's log and "
+                  "reaches the driver when the job ends" % (self._address, e), file=sys.stderr)
             self._connection = None
-            return self
         lock = threading.Lock()
-        sys.stdout = _ForwardingStream(self._saved[0], self._connection, self._rank, "stdout", lock)
-        sys.stderr = _ForwardingStream(self._saved[1], self._connection, self._rank, "stderr", lock)
+        sys.stdout = _ForwardingStream(self._saved[0], self._connection, self._rank, "stdout", lock, self._kept)
+        sys.stderr = _ForwardingStream(self._saved[1], self._connection, self._rank, "stderr", lock, self._kept)
         return self
 
     def __exit__(self, *exc):
+        if self._address is None:
+            return False
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, _ForwardingStream):
+                stream.close_line()
+        sys.stdout, sys.stderr = self._saved
         if self._connection is not None:
-            for stream in (sys.stdout, sys.stderr):
-                if isinstance(stream, _ForwardingStream):
-                    stream.close_line()
-            sys.stdout, sys.stderr = self._saved
             self._connection.close()
         return False
+
+    def undelivered(self):
+        """The lines the driver did not get live, one ``stream<TAB>line`` per line, or ``""``
+        (``replay`` prints them on the driver)."""
+        return "\n".join("%s\t%s" % kept for kept in self._kept)
+
+
+def replay(server, rank, undelivered):
+    """Prints a rank's ``undelivered`` lines through ``server`` (an ``OutputServer``)."""
+    for entry in undelivered.split("\n"):
+        stream, _, line = entry.partition("\t")
+        server.emit(rank, line, stream)

@@ -1,0 +1,180 @@
+"""What a horovod_rs driver asks of its Spark session, for a classic session and a Spark Connect
+one alike: settings, task slots, tags to cancel a job by, where the ranks may reach this process.
+
+Under Spark Connect the session is a client of a Spark driver elsewhere: there is no
+``SparkContext``, no py4j and no RDD here, and this process may be outside the cluster (a laptop
+with Databricks Connect). Everything a job needs therefore goes through the DataFrame API and
+``spark.conf``. A classic session answers some questions exactly (its task slots, from the
+scheduler) where a Connect client can only read them off the configuration; nothing else
+differs.
+"""
+
+import re
+import socket
+from contextlib import contextmanager
+
+
+def active_session():
+    """The session a call without one runs on: the active one, classic or Connect."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None and hasattr(SparkSession, "active"):
+        try:
+            session = SparkSession.active()
+        except Exception:  # no session at all
+            session = None
+    return session or SparkSession.builder.getOrCreate()
+
+
+def is_connect(spark):
+    """Whether ``spark`` is a Spark Connect client session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def spark_version(spark):
+    """The (major, minor) version of the Spark that runs the session's jobs."""
+    major, minor = re.match(r"(\d+)\.(\d+)", spark.version).groups()
+    return int(major), int(minor)
+
+
+def conf(spark, key, default=None):
+    """A Spark setting of the session (a ``spark.*`` key of the cluster's configuration, or set on
+    the session), else ``default``."""
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:  # Spark refuses a few keys it keeps to itself
+        value = None
+    return default if value is None else value
+
+
+def confs(spark, keys):
+    """The settings among ``keys`` the session has, as a dict (in one round trip where the
+    session can: Spark 4's ``getAll``)."""
+    keys = set(keys)
+    if spark_version(spark) >= (4, 0):  # ``getAll`` is a property holding a dict
+        return {k: v for k, v in spark.conf.getAll.items() if k in keys}
+    found = {}
+    for key in keys:
+        value = conf(spark, key)
+        if value is not None:
+            found[key] = value
+    return found
+
+
+def _classic_context(spark):
+    return None if is_connect(spark) else spark.sparkContext
+
+
+def default_parallelism(spark):
+    """``spark.default.parallelism``: Horovod's default ``num_proc``."""
+    sc = _classic_context(spark)
+    if sc is not None:
+        return sc.defaultParallelism
+    value = conf(spark, "spark.default.parallelism")
+    if value is not None:
+        return int(value)
+    slots = task_slots(spark)
+    if slots is None:
+        raise ValueError("num_proc is required from a Spark Connect session whose cluster size cannot be read off "
+                         "its configuration (spark.default.parallelism, the master or executor settings)")
+    return slots
+
+
+def task_slots(spark):
+    """How many tasks the cluster can run at once (a barrier stage needs one per rank), or None
+    when a Connect client cannot tell."""
+    sc = _classic_context(spark)
+    if sc is not None:
+        jsc = sc._jsc.sc()
+        return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
+    return _slots_from_conf(spark)
+
+
+def _slots_from_conf(spark):
+    task_cpus = int(conf(spark, "spark.task.cpus", "1"))
+    master = conf(spark, "spark.master", "")
+    local = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if local:
+        cores = local.group(1)
+        return None if cores == "*" else int(cores or 1) // task_cpus
+    cluster = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master)
+    if cluster:
+        return int(cluster.group(1)) * (int(cluster.group(2)) // task_cpus)
+    if conf(spark, "spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return None
+    instances, cores = conf(spark, "spark.executor.instances"), conf(spark, "spark.executor.cores")
+    if instances is not None and cores is not None:
+        return int(instances) * (int(cores) // task_cpus)
+    return None
+
+
+def cluster_can_grow(spark):
+    """Whether more task slots may come (executors still starting, dynamic allocation, a standalone
+    cluster gaining workers): false only for the fixed local masters."""
+    master = conf(spark, "spark.master", "")
+    return not re.fullmatch(r"local(\[.*\])?|local-cluster\[.*\]", master)
+
+
+def num_partitions(df):
+    """``df``'s partition count where the session can tell without running a job, else None."""
+    if is_connect(df.sparkSession):
+        return None
+    return df.rdd.getNumPartitions()
+
+
+def executors_reach_this_process_at(spark):
+    """The address the cluster's executors may reach this process at (for live output): the driver
+    host of a classic session; under Connect, this client's address on its route to the server
+    (which the cluster may or may not be able to reach)."""
+    if not is_connect(spark):
+        return conf(spark, "spark.driver.host")
+    host, _, port = spark.client._builder.endpoint.rpartition(":")  # the server's "host:port"
+    host, port = host.strip("[]"), int(port)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, port))  # no packet leaves: this only picks the route
+            return probe.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+@contextmanager
+def tagged(spark, tag):
+    """Within the block, the session's jobs carry ``tag`` (``interrupt(spark, tag)`` cancels them)."""
+    sc = _classic_context(spark)
+    if sc is not None and spark_version(spark) < (4, 0):
+        # Spark 3.5's classic session has no tags: its context's job tags do the same.
+        sc.addJobTag(tag)
+        try:
+            yield
+        finally:
+            sc.removeJobTag(tag)
+        return
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)
+
+
+def interrupt(spark, tag):
+    """Cancels the session's running jobs that carry ``tag``."""
+    sc = _classic_context(spark)
+    if sc is not None and spark_version(spark) < (4, 0):
+        sc.cancelJobsWithTag(tag)
+    else:
+        spark.interruptTag(tag)
+
+
+def watch_progress(spark, handler):
+    """Calls ``handler(inflight_tasks)`` as a Connect session's jobs progress; returns a function
+    that stops it, or None when the session reports no progress (a classic session, Spark 3.5)."""
+    if not is_connect(spark) or not hasattr(spark, "registerProgressHandler"):
+        return None
+
+    def on_progress(stages, inflight_tasks, operation_id, done):
+        handler(inflight_tasks)
+
+    spark.registerProgressHandler(on_progress)
+    return lambda: spark.removeProgressHandler(on_progress)
