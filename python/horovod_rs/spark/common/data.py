@@ -56,6 +56,7 @@ class RankData:
         self._mapped = None  # the spilled file's batches, memory-mapped, once finished
         self._arrays = None  # every row as numpy columns, once finished in memory
         self.rows = 0
+        self.nulls = {}  # column -> null values among the rows added
 
     @property
     def spilled(self):
@@ -67,6 +68,10 @@ class RankData:
             return
         batch = batch.select(self.columns)
         self.rows += batch.num_rows
+        for column in self.columns:
+            nulls = batch.column(column).null_count
+            if nulls:
+                self.nulls[column] = self.nulls.get(column, 0) + nulls
         if self._writer is None and self._bytes + batch.nbytes > self._budget:
             self._spill()
         if self._writer is not None:
@@ -88,7 +93,10 @@ class RankData:
 
     def finish(self):
         """Ends loading: in memory, the rows become numpy columns (checked for nulls and ragged
-        arrays); spilled, the file is closed and memory-mapped."""
+        arrays); spilled, the file is closed and memory-mapped. Nulls are not checked here when
+        ``nulls`` says there are some: the caller names them over every rank's rows."""
+        if self.nulls:
+            return self
         if self._writer is not None:
             import pyarrow as pa
 

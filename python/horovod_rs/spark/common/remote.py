@@ -6,7 +6,10 @@ ranks still trains). Framework-neutral: the collectives run on numpy through the
 
 import math
 
+import numpy as np
+
 from horovod_rs.common import arrays
+from horovod_rs.spark.common.columns import ColumnError
 from horovod_rs.spark.common.data import RankData, memory_budget
 
 # The column that marks validation rows when ``validation`` is a fraction (drawn on the driver).
@@ -64,7 +67,10 @@ def load_share(batches, spec, local_size, lend_rows):
     train.finish()
     if val is not None:
         val.finish()
-    counts = arrays.allgather(_counts(train, val), name="horovod_rs.data.rows")
+    # Every rank's row counts and nulls: the totals are the whole DataFrame's, not one rank's share.
+    shares = arrays.allgather_object(_share_summary(train, val), name="horovod_rs.data.rows")
+    _refuse_nulls(shares)
+    counts = np.array([share["rows"] for share in shares], dtype=np.int64)
     train_rows, val_rows = int(counts[:, 0].sum()), int(counts[:, 1].sum())
     if train_rows == 0:
         raise ValueError("the DataFrame has no training rows%s" % (" (every row is a validation row)"
@@ -79,10 +85,25 @@ def load_share(batches, spec, local_size, lend_rows):
     return RankShare(train, val, train_rows, val_rows)
 
 
-def _counts(train, val):
-    import numpy as np
+def _share_summary(train, val):
+    nulls = dict(train.nulls)
+    for column, count in (val.nulls if val is not None else {}).items():
+        nulls[column] = nulls.get(column, 0) + count
+    return {"rows": [train.rows, val.rows if val is not None else 0], "nulls": nulls}
 
-    return np.array([[train.rows, val.rows if val is not None else 0]], dtype=np.int64)
+
+def _refuse_nulls(shares):
+    """Fails (on every rank alike) when some rank found nulls, counting them over every rank."""
+    totals = {}
+    for share in shares:
+        for column, count in share["nulls"].items():
+            totals[column] = totals.get(column, 0) + count
+    if totals:
+        rows = sum(sum(share["rows"]) for share in shares)
+        column = sorted(totals)[0]
+        raise ColumnError("column '%s' has %d null value%s (of %d rows): drop or fill them first "
+                          "(DataFrame.na.drop / na.fill)" % (column, totals[column], "s" if totals[column] > 1 else "",
+                                                             rows))
 
 
 def _lend(data, counts, rows, split):

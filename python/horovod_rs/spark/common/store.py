@@ -165,6 +165,17 @@ class AbstractFilesystemStore(Store):
     def write_text(self, path, text):
         self.write(path, text.encode("utf-8"))
 
+    def check_writable(self):
+        """Fails, naming the store and why, unless this process can write to the runs path (checked
+        before a fit starts any Spark job, not at its first checkpoint)."""
+        probe = posixpath.join(self.get_runs_path(), ".horovod_rs-write-check-%s" % uuid.uuid4().hex[:8])
+        try:
+            self.write(probe, b"")
+            self.delete(probe)
+        except (OSError, ValueError) as e:
+            raise ValueError("the store at %s cannot be written to (%s: %s): give the estimator a store in a "
+                             "writable directory" % (self.prefix_path, type(e).__name__, e)) from None
+
     def delete(self, path):
         """Removes ``path`` (a file or a directory tree) if it exists."""
         local = self.get_localized_path(path)
