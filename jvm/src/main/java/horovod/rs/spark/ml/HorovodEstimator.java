@@ -32,6 +32,10 @@ import org.apache.spark.sql.types.StructType;
  * native trainer as Arrow batches (no files in between), rank 0's initial weights go to every rank,
  * gradients are averaged every step, and every rank ends with the same weights. The params follow
  * Horovod's KerasEstimator where one exists; the params the fitted model shares (features, outputs, model spec) are in {@link ModelParams}.
+ *
+ * <p>Spark ML on Spark Connect (Spark 4.0+) serves it to Connect clients: the jar registers it
+ * for {@link java.util.ServiceLoader} (META-INF/services), and the server builds it by name with
+ * the client's uid ({@link #HorovodEstimator(String)}) for each fit and write.
  */
 public final class HorovodEstimator extends Estimator<HorovodModel>
         implements ModelParams, DefaultParamsWritable {

@@ -19,6 +19,7 @@ import org.apache.spark.ml.param.Param;
 import org.apache.spark.ml.param.ParamMap;
 import org.apache.spark.ml.param.StringArrayParam;
 import org.apache.spark.ml.util.DefaultParamsReader;
+import org.apache.spark.ml.util.Identifiable$;
 import org.apache.spark.ml.util.MLReadable;
 import org.apache.spark.ml.util.MLReader;
 import org.apache.spark.ml.util.MLWritable;
@@ -35,6 +36,10 @@ import org.apache.spark.sql.types.StructType;
  * executors in Arrow batches. Saves and loads with Spark ML's persistence, so it round-trips
  * through {@code Pipeline.save}/{@code PipelineModel.load}: params as Spark's metadata, weights and
  * history as files under {@code data/}.
+ *
+ * <p>Spark ML on Spark Connect (Spark 4.0+) serves it to Connect clients: the server keeps the
+ * models it fits for the client that asked, and loads saved ones only because the jar registers
+ * the class for {@link java.util.ServiceLoader} (META-INF/services).
  */
 public final class HorovodModel extends Model<HorovodModel> implements ModelParams, MLWritable {
     private static final long serialVersionUID = 1L;
@@ -48,6 +53,16 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
     private final StringArrayParam featureCols;
     private final StringArrayParam outputCols;
     private final Param<String> modelSpec;
+
+    /**
+     * A model without weights, there only because {@link java.util.ServiceLoader} needs a public
+     * no-argument constructor to list a registered class; Spark ML on Connect lists them all, so a
+     * class without one would break every Spark ML call on the server. Models to use come from
+     * {@link HorovodEstimator#fit} and {@link #load}.
+     */
+    public HorovodModel() {
+        this(Identifiable$.MODULE$.randomUID("HorovodModel"), new byte[0], null);
+    }
 
     HorovodModel(String uid, byte[] weights, String historyJson) {
         this.uid = uid;
@@ -125,6 +140,10 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
 
     @Override
     public Dataset<Row> transform(Dataset<?> dataset) {
+        if (weights.length == 0) {
+            throw new IllegalStateException("HorovodModel " + uid + " has no weights (new HorovodModel() is empty): "
+                    + "use the model HorovodEstimator.fit returns, or HorovodModel.load a saved one");
+        }
         ModelSpecInfo info = ModelSpecInfo.of(getModelSpec());
         StructType output = Schemas.withOutputs(dataset.schema(), info, this);
         List<String> features = Schemas.featureColumns(this, info);
