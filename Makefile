@@ -51,8 +51,9 @@ BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jars \
         jar-release native-debug dist dist-native dist-jars dist-wheels dist-check bench-launch bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
-        $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) $(addprefix integration-test-,$(TESTED_LINES)) \
-        $(addprefix scala-example-,$(TESTED_LINES)) $(addprefix pyspark-test-,$(TESTED_LINES))
+        pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
+        $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
+        $(addprefix pyspark-test-,$(TESTED_LINES)) $(addprefix pyspark-connect-test-,$(TESTED_LINES))
 
 # The main job: HorovodEstimator.fit on a generated tabular data set, then transform.
 demo: tools jar-release
@@ -62,7 +63,8 @@ demo: tools jar-release
 demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test scala-example pyspark-test python-test flyte-test faults-quick
+test: tools lint cargo-test java-test integration-test scala-example pyspark-test pyspark-connect-test python-test flyte-test \
+      faults-quick
 
 ## Tools ---------------------------------------------------------------------
 
@@ -173,15 +175,42 @@ $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(V
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
 	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(call pyspark_tests,$*)
 
+# The same tests from a Spark Connect client: the suite starts one Connect server (the driver of
+# the same local-cluster, with the jar) and talks to it as Spark 4 clients, Databricks standard
+# access mode and Databricks Connect do (integration-tests/python/connect_server.py). Spark 3.5's
+# pyspark carries no server: it comes from Maven Central (--packages).
+pyspark-connect-test: $(addprefix pyspark-connect-test-,$(TESTED_LINES))
+$(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spark-envs jar-% $(VENV)/.pytest \
+    $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras $(VENV)/.connect
+	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 HOROVOD_RS_TEST_CONNECT=1 \
+	  $(if $(filter $(LINE_35),$*),HOROVOD_RS_CONNECT_SERVER_VERSION=$(CONNECT_SERVER_35)) \
+	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(call pyspark_connect_tests,$*)
+
 # Every PySpark test runs on the newest line; on Spark 3.5 (CI's time is short) what depends on
 # the Spark version: the Run API, the native estimator's wrapper, the jars, and each Python
 # estimator family's fit, transform and persistence.
-PYSPARK_TESTS_35 := test_run.py test_estimator.py test_jars.py \
+PYSPARK_TESTS_35 := test_run.py test_cancel.py test_estimator.py test_jars.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_torch_estimator.py::test_two_inputs_two_outputs_weights_validation_column_and_persistence \
                     test_lightning_estimator.py::test_fits_with_legacy_hooks_transforms_and_loads
 pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/python/,$(PYSPARK_TESTS_35)),integration-tests/python)
+# Spark 3.5's Connect server: the newest spark-connect_2.12 Maven Central serves here (the line's
+# patch releases speak the same protocol).
+CONNECT_SERVER_35 := 3.5.7
+# From a Connect client: everything on the newest line; on 3.5 the Run API, cancelling, the JVM
+# estimator's clear refusal, and a Python estimator's fit, transform, persistence and errors
+# (Spark 3.5's Connect client has no JVM ML stages, which the other tests use to build vectors).
+PYSPARK_CONNECT_TESTS_35 := test_run.py test_cancel.py test_estimator.py \
+                    test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
+                    test_keras_estimator.py::test_estimators_save_and_load \
+                    test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank
+pyspark_connect_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/python/,$(PYSPARK_CONNECT_TESTS_35)),integration-tests/python)
+
+# Spark Connect's Python client (pyspark's `connect` extra), at the versions tested.
+$(VENV)/.connect: | $(VENV)/.pyspark-$(PYSPARK_VERSION)
+	$(VENV)/bin/pip install -q grpcio==1.85.3 grpcio-status==1.85.3 googleapis-common-protos==1.76.0 zstandard==0.25.0
+	touch $@
 
 # The Lightning estimator's tests need Lightning (the `lightning` extra of python/pyproject.toml).
 $(VENV)/.estimator-extras: | $(VENV)/.torch

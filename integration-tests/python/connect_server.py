@@ -3,7 +3,9 @@
 process group of its own, so the suite that started it also ends it and everything it started.
 
 Spark 4's pyspark carries the server; Spark 3.5's takes it from Maven Central
-(``--packages org.apache.spark:spark-connect_<scala>:<version>``).
+(``--packages org.apache.spark:spark-connect_<scala>:<version>``), of pyspark's version unless
+``HOROVOD_RS_CONNECT_SERVER_VERSION`` names another patch release of the line (one a registry
+serves).
 """
 
 import os
@@ -33,7 +35,8 @@ def _connect_package():
     if any(j.startswith("spark-connect_") for j in jars):
         return None
     scala = next(j for j in jars if j.startswith("scala-library-"))[len("scala-library-"):].rsplit(".", 2)[0]
-    return "org.apache.spark:spark-connect_%s:%s" % (scala, pyspark.__version__)
+    version = os.environ.get("HOROVOD_RS_CONNECT_SERVER_VERSION", pyspark.__version__)
+    return "org.apache.spark:spark-connect_%s:%s" % (scala, version)
 
 
 class ConnectServer:

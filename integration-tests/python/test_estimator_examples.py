@@ -42,6 +42,8 @@ def data_dir(tmp_path_factory):
     return str(directory)
 
 
+# The scripts start their own classic sessions.
+@pytest.mark.classic_only
 @pytest.mark.parametrize("example", ["torch_mnist.py", "lightning_mnist.py"])
 def test_our_examples_learn_the_digits(example, data_dir, tmp_path):
     output = run(os.path.join(EXAMPLES, "pytorch", example), "--epochs", "2", "--data-dir", data_dir,
@@ -60,6 +62,7 @@ def horovod_file(path):
                           text=True).stdout
 
 
+@pytest.mark.classic_only
 @pytest.mark.parametrize("path", HOROVOD_EXAMPLES)
 def test_horovod_examples_run_with_only_their_imports_changed(path, data_dir, tmp_path):
     script = tmp_path / os.path.basename(path)

@@ -3,7 +3,7 @@ of times; an error of the ranks' own code is never retried."""
 
 import pytest
 
-from horovod_rs.spark.common.job import HorovodRankLostError, HorovodRunError, fit_attempts, run_attempts
+from horovod_rs.spark.common.job import HorovodRankLostError, HorovodRunError, JobSettings, run_attempts
 
 
 def test_a_lost_rank_runs_the_job_again_until_it_succeeds():
@@ -41,24 +41,31 @@ def test_an_error_in_the_ranks_code_is_not_retried():
 
 
 class _Conf:
-    def __init__(self, value):
-        self.value = value
-
-    def get(self, key, default):
-        return default if self.value is None else self.value
+    def __init__(self, values):
+        self.getAll = values  # Spark 4's RuntimeConfig.getAll is a property
 
 
-class _Context:
-    def __init__(self, value):
-        self.conf = _Conf(value)
+class _Session:
+    """What JobSettings reads of a SparkSession: its version and its conf."""
 
-    def getConf(self):
-        return self.conf
+    version = "4.3.0"
+
+    def __init__(self, **conf):
+        self.conf = _Conf(conf)
 
 
-def test_fit_attempts_reads_the_spark_conf_and_refuses_nonsense():
-    assert fit_attempts(_Context(None)) == 3
-    assert fit_attempts(_Context("1")) == 1
+def test_job_settings_read_the_spark_conf_and_horovods_variables(monkeypatch):
+    monkeypatch.delenv("HOROVOD_SPARK_START_TIMEOUT", raising=False)
+    defaults = JobSettings(_Session())
+    assert (defaults.fit_attempts, defaults.start_timeout, defaults.driver_rendezvous, defaults.spec) == \
+        (3, 600.0, "auto", {})
+    monkeypatch.setenv("HOROVOD_SPARK_START_TIMEOUT", "30")
+    monkeypatch.setenv("HOROVOD_RS_TIMEOUT_SECONDS", "77")
+    settings = JobSettings(_Session(**{"spark.horovod.rs.fitAttempts": "1", "spark.horovod.rs.cycleTime": "5ms",
+                                       "spark.other": "x"}), env={"HOROVOD_CYCLE_TIME": "2"})
+    assert (settings.fit_attempts, settings.start_timeout) == (1, 30.0)
+    # A key wins over a variable; the job's env over the driver's environment.
+    assert settings.spec == {"collective_timeout_ms": 77000, "engine": {"cycle_time_ms": 5}}
     for bad in ("0", "-2", "three"):
-        with pytest.raises(ValueError, match="spark.horovod.rs.fitAttempts must be a whole number"):
-            fit_attempts(_Context(bad))
+        with pytest.raises(ValueError, match='spark.horovod.rs.fitAttempts="%s"' % bad):
+            JobSettings(_Session(**{"spark.horovod.rs.fitAttempts": bad}))

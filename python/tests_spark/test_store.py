@@ -55,3 +55,10 @@ def test_checkpoints_alternate_slots_and_a_damaged_one_is_refused(tmp_path):
     with pytest.raises(ValueError, match="does not match the checksum"):
         read_state(store, "run")
     assert read_state(store, "another run") is None
+
+
+def test_an_unwritable_store_is_named_before_anything_runs(tmp_path):
+    Store.create(str(tmp_path)).check_writable()
+    assert not os.listdir(tmp_path / "runs")  # the probe is gone
+    with pytest.raises(ValueError, match="the store at file:///proc/forbidden_dir cannot be written to"):
+        Store.create("/proc/forbidden_dir").check_writable()

@@ -1,0 +1,44 @@
+"""A rank's output on its way to the driver (horovod_rs.spark.common.output), without Spark: live
+through the driver's server, or, when the driver is out of reach (a Spark Connect client outside
+the cluster), kept and printed by the driver when the job ends."""
+
+import io
+import socket
+import sys
+
+from horovod_rs.spark.common.output import OutputServer, forward_output, replay
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_lines_reach_the_driver_live_with_the_ranks_prefix():
+    out = io.StringIO()
+    server = OutputServer("token", stdout=out)
+    try:
+        with forward_output("127.0.0.1:%d" % server.port, "token", 1) as forwarded:
+            print("epoch 1 done")
+        assert forwarded.undelivered() == ""
+    finally:
+        server.close()  # waits for the handler's last line
+    assert "[1]<stdout>:epoch 1 done\n" in out.getvalue()
+
+
+def test_lines_that_cannot_reach_the_driver_are_kept_and_replayed(capsys):
+    with forward_output("127.0.0.1:%d" % closed_port(), "token", 0) as forwarded:
+        print("epoch 1 done")
+        print("a warning", file=sys.stderr)
+    captured = capsys.readouterr()
+    assert "epoch 1 done" in captured.out  # the executor's own log keeps it too
+    assert "cannot send output to the driver" in captured.err
+    out, err = io.StringIO(), io.StringIO()
+    server = OutputServer("token", stdout=out, stderr=err)
+    try:
+        replay(server, 0, forwarded.undelivered())
+    finally:
+        server.close()
+    assert out.getvalue() == "[0]<stdout>:epoch 1 done\n"
+    assert err.getvalue() == "[0]<stderr>:a warning\n"
