@@ -439,7 +439,10 @@ fn setting_keys() -> Vec<&'static str> {
 /// {"start_timeout_s", "fit_attempts", "gpus_per_rank", "driver_rendezvous"}}`. ValueError names
 /// a bad key or variable with its value.
 #[pyfunction]
-fn job_settings(keys: HashMap<String, String>, variables: HashMap<String, String>) -> PyResult<String> {
+fn job_settings(
+    keys: HashMap<String, String>,
+    variables: HashMap<String, String>,
+) -> PyResult<String> {
     let settings = horovod_core::launch::job_settings(
         |key| keys.get(key).cloned(),
         |name| variables.get(name).cloned(),
