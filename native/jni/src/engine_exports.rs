@@ -20,7 +20,7 @@ use jni::{Env, EnvUnowned};
 use crate::arrays::{array_from_output, request_from_array};
 use crate::error_policy::{JniError, ThrowHorovodException};
 use crate::exports::count;
-use crate::handles::{borrow_mut, free_from_java, into_handle};
+use crate::handles::{borrow_mut, free_from_java, into_handle, take};
 
 const ENGINE: &str = "engine";
 const TENSOR: &str = "tensor handle";
@@ -40,6 +40,26 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_engineClose<'caller>(
 ) {
     // SAFETY: Java gives the handle up here and never passes it again.
     unsafe { free_from_java::<Engine>(unowned_env, engine, ENGINE) }
+}
+
+/// Leaves the job saying why (the other ranks' errors quote `reason`): the
+/// engine stops on every rank; this rank's is freed.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_engineLeave<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    engine: jlong,
+    reason: JString<'caller>,
+) {
+    unowned_env
+        .with_env(|env| -> Result<(), JniError> {
+            let reason = reason.try_to_string(env)?;
+            // SAFETY: Java gives the handle up here and never passes it again.
+            let mut engine = unsafe { take::<Engine>(engine, ENGINE) }?;
+            engine.leave(&reason);
+            Ok(())
+        })
+        .resolve::<ThrowHorovodException>()
 }
 
 #[unsafe(no_mangle)]

@@ -111,6 +111,32 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_followsPeer<'caller>(
         .resolve::<ThrowHorovodException>()
 }
 
+/// Why a rank leaves its job now: its function returned (`error` null) or
+/// failed with `error`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_departure<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    error: JString<'caller>,
+) -> JString<'caller> {
+    unowned_env
+        .with_env(|env| -> Result<JString<'caller>, JniError> {
+            let error = if error.is_null() {
+                None
+            } else {
+                Some(error.try_to_string(env)?)
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs());
+            Ok(JString::from_str(
+                env,
+                failure::departure(error.as_deref(), now),
+            )?)
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
 /// A JSON object of strings from Java.
 fn string_map(
     env: &mut Env<'_>,

@@ -463,6 +463,26 @@ fn follows_peer(text: &str) -> bool {
     failure::follows_peer(text)
 }
 
+/// Why a rank of a Spark job leaves it now: its function returned (`error` None) or failed with
+/// `error`; the words the other ranks' errors quote.
+#[pyfunction]
+#[pyo3(signature = (error=None))]
+fn departure(error: Option<&str>) -> String {
+    failure::departure(error, unix_seconds())
+}
+
+/// Whether a departure's `reason` says the rank's function failed.
+#[pyfunction]
+fn departed_failing(reason: &str) -> bool {
+    failure::departed_failing(reason)
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
 /// Whether this build runs GPU tensors' collectives on NCCL (the `cuda` feature).
 #[pyfunction]
 fn cuda_built() -> bool {
@@ -535,6 +555,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(job_settings, m)?)?;
     m.add_function(wrap_pyfunction!(rank_lost, m)?)?;
     m.add_function(wrap_pyfunction!(follows_peer, m)?)?;
+    m.add_function(wrap_pyfunction!(departure, m)?)?;
+    m.add_function(wrap_pyfunction!(departed_failing, m)?)?;
     // Marks an exchanged entry that carries a rank's error instead of its address.
     m.add("FAILED_ENTRY_PREFIX", FAILED_ENTRY_PREFIX)?;
     m.add_function(wrap_pyfunction!(forward_logs, m)?)?;

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import threading
-import time
 
 from horovod_rs import _native
 from horovod_rs.common import logs
@@ -27,10 +26,6 @@ _lock = threading.Lock()
 _state = None
 # The RankSpec of the Spark task this process runs, while it runs (``join_task``).
 _task_job = None
-
-# How a rank of a Spark job says why it left (``leave_task``); the other ranks' errors quote it.
-FINISHED = "its function returned"
-FAILED = "its function failed"
 
 
 class RankSpec:
@@ -114,9 +109,7 @@ def leave_task(error=None):
     global _state, _task_job
     with _lock:
         state, _state, _task_job = _state, None, None
-    when = time.strftime("%H:%M:%S UTC", time.gmtime())
-    _leave(state, "%s at %s" % (FINISHED, when) if error is None else
-           "%s at %s: %s: %s" % (FAILED, when, type(error).__name__, _first_line(error)))
+    _leave(state, _native.departure(None if error is None else "%s: %s" % (type(error).__name__, error)))
 
 
 def _leave(state, reason):
@@ -127,11 +120,6 @@ def _leave(state, reason):
         if process_set._rank is not None:
             process_set._rank.leave(reason)
     state.rank.leave(reason)
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else ""
 
 
 def _init(spec):
@@ -166,7 +154,7 @@ def _check_task_job():
             "this rank of a horovod_rs Spark job was shut down (hvd.shutdown()): a Spark task's rank joins its "
             "job once, when the task starts, and cannot join another")
     departures = _state.rank.departures()
-    if departures and not any(reason.startswith(FAILED) for _, reason in departures):
+    if departures and not any(_native.departed_failing(reason) for _, reason in departures):
         return
     raise HorovodInternalError("rank %d's horovod_rs job has stopped: %s" % (_state.spec.rank, _state.rank.stopped()))
 

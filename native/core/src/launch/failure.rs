@@ -8,6 +8,12 @@
 //! - [`follows_peer`]: a rank's error only follows another rank's failure
 //!   (its connection closed, its engine stopped, it left the job); the other
 //!   rank's own error is the one to report.
+//!
+//! And the words a rank of a Spark job leaves with ([`departure`]), which
+//! the other ranks' errors quote ("rank 1 left the job (its function failed
+//! at 03:38:43 UTC: ValueError: ...)") and [`departed_failing`] reads back:
+//! a rank whose peers only returned keeps its job's world, one whose peer
+//! failed is told so.
 
 /// Spark's words for a task lost with its executor or Python worker.
 const RANK_LOST: &[&str] = &[
@@ -31,6 +37,37 @@ const FOLLOWS_PEER: &[&str] = &[
     "HorovodInternalError",
 ];
 
+/// What a rank that returned from its function leaves its job with.
+const RETURNED: &str = "its function returned";
+/// What a rank whose function failed leaves its job with, before the error.
+const FAILED: &str = "its function failed";
+
+/// Why a rank of a Spark job leaves it, at `unix_seconds`: its function
+/// returned, or failed with `error` (its first line is kept).
+pub fn departure(error: Option<&str>, unix_seconds: u64) -> String {
+    let day = unix_seconds % 86_400;
+    let at = format!("{:02}:{:02}:{:02} UTC", day / 3600, day / 60 % 60, day % 60);
+    match error {
+        None => format!("{RETURNED} at {at}"),
+        Some(error) => {
+            let first_line: String = error
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect();
+            format!("{FAILED} at {at}: {first_line}")
+        }
+    }
+}
+
+/// Whether a departure's `reason` says the rank's function failed.
+pub fn departed_failing(reason: &str) -> bool {
+    reason.starts_with(FAILED)
+}
+
 /// Whether Spark's failure `text` says a task was lost with its executor
 /// or Python worker, not failed by its own code.
 pub fn rank_lost(text: &str) -> bool {
@@ -46,6 +83,21 @@ pub fn follows_peer(text: &str) -> bool {
 mod tests {
     use super::*;
     use crate::Error;
+
+    #[test]
+    fn a_departure_says_how_and_when_and_is_read_back() {
+        // 1795665523 s after the epoch is 03:58:43 UTC.
+        let returned = departure(None, 1_795_665_523);
+        assert_eq!(returned, "its function returned at 03:58:43 UTC");
+        assert!(!departed_failing(&returned));
+        let failed = departure(Some("ValueError: bad\nmore lines"), 1_795_665_523);
+        assert_eq!(
+            failed,
+            "its function failed at 03:58:43 UTC: ValueError: bad"
+        );
+        assert!(departed_failing(&failed));
+        assert!(!departed_failing("shut down"));
+    }
 
     #[test]
     fn spark_losing_an_executor_or_a_python_worker_is_a_lost_rank() {

@@ -148,6 +148,24 @@ public class HorovodRunnerIT {
     }
 
     @Test(timeout = 120_000)
+    public void aCollectiveAfterAPeerReturnedNamesItAndWhy() {
+        List<String> results = HorovodRunner.run(spark, 2, ctx -> {
+            if (ctx.rank() == 1) {
+                return "returned";
+            }
+            try {
+                ctx.allreduce(new double[] {1.0}, ReduceOp.SUM);
+                return "the allreduce ran without rank 1";
+            } catch (HorovodException e) {
+                return e.getMessage();
+            }
+        });
+        assertEquals("returned", results.get(1));
+        assertTrue(results.get(0), results.get(0).matches(
+                "(?s).*the engine has stopped: rank 1 left the job \\(its function returned at \\d\\d:\\d\\d:\\d\\d UTC\\).*"));
+    }
+
+    @Test(timeout = 120_000)
     public void moreRanksThanSlotsFailsWithinTheStartTimeout() {
         HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf())
                 .withStartTimeout(Duration.ofSeconds(3));

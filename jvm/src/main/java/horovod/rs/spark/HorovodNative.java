@@ -78,6 +78,12 @@ final class HorovodNative {
     /** Stops the engine on every rank and waits for this rank's engine thread. */
     static native void engineClose(long engine);
 
+    /** As {@link #engineClose}, telling the other ranks why this one leaves. */
+    static native void engineLeave(long engine, String reason);
+
+    /** Why a rank leaves its job now: its function returned ({@code error} null) or failed with it. */
+    static native String departure(String error);
+
     /*
      * Submissions take a byte[], int[], long[], float[] or double[] as data and return a tensor
      * handle at once; the result is a new array of the same type (an empty byte[] for a barrier).

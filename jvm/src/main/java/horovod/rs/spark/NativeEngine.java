@@ -15,6 +15,16 @@ final class NativeEngine extends NativeHandle {
                 HorovodNative::engineClose);
     }
 
+    /**
+     * Leaves the job, telling the other ranks why ("rank 1 left the job (REASON)" in their errors);
+     * the engine stops on every rank and this object is closed. Does nothing once closed.
+     */
+    synchronized void leave(String reason) {
+        if (!isClosed()) {
+            HorovodNative.engineLeave(release(), reason);
+        }
+    }
+
     /** Runs one of {@link HorovodNative}'s submit calls on this engine; returns the tensor handle. */
     synchronized long submit(LongUnaryOperator nativeSubmit) {
         return nativeSubmit.applyAsLong(live());

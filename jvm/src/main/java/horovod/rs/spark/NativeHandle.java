@@ -38,6 +38,11 @@ abstract class NativeHandle implements AutoCloseable {
         return handle;
     }
 
+    /** Whether the native object is freed (or given up). */
+    final synchronized boolean isClosed() {
+        return owned.get() == 0;
+    }
+
     /** Gives the handle up to a native call that consumes it; this object is closed afterwards. */
     final synchronized long release() {
         long released = live();

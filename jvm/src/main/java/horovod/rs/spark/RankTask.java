@@ -55,10 +55,20 @@ final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankO
             JoinedRank joined = join(task, rank);
             // The engine's thread owns the connections from here on; closing the engine stops it
             // on every rank, so a rank that returns or throws early does not leave peers waiting.
+            // Leaving, a rank tells the others whether its function returned or failed (their errors
+            // quote it).
             try (NativeEngine engine = joined.engine) {
                 HorovodContext ctx = new HorovodContext(rank, size, joined.localRank, joined.localSize,
                         gpuAddresses(task), engine);
-                return RankOutcome.success(rank, fn.call(ctx, asJava(partition)));
+                T result;
+                try {
+                    result = fn.call(ctx, asJava(partition));
+                } catch (Throwable e) {
+                    engine.leave(HorovodNative.departure(e.getClass().getName() + ": " + e.getMessage()));
+                    throw e;
+                }
+                engine.leave(HorovodNative.departure(null));
+                return RankOutcome.success(rank, result);
             }
         } catch (Throwable e) {
             return RankOutcome.failure(rank, e);
