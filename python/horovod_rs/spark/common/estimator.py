@@ -21,7 +21,7 @@ import numpy as np
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLWritable
 
-from horovod_rs.spark.common import remote, serialization
+from horovod_rs.spark.common import serialization
 from horovod_rs.spark.common.backend import SparkBackend
 from horovod_rs.spark.common.columns import plan_columns, spark_output_type, to_numpy
 from horovod_rs.spark.common.params import EstimatorParams, ModelParams
@@ -42,28 +42,28 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         """Raises when the model, loss or optimizer cannot train on the columns (driver side)."""
 
     def _remote_trainer(self, run_id, data_spec, resume):
-        """A picklable ``train(rank, batches, share_loader)`` run on every rank; rank 0 returns what
-        ``_create_model`` takes."""
+        """A picklable ``train(rank, batches)`` run on every rank (``remote.trainer`` of the
+        framework and its settings); rank 0 returns what ``_create_model`` takes."""
         raise NotImplementedError()
 
-    def _training_settings(self, run_id, data_spec, resume):
-        """What every framework's remote trainer takes from the shared params."""
+    def _shared_settings(self, run_id, data_spec, resume):
+        """The fields of ``remote.TrainingSettings`` every framework takes from the shared params."""
         store = self.getStore()
-        return {
-            "data": data_spec,
-            "batch_size": self.getBatchSize(),
-            "val_batch_size": self.getValBatchSize(),
-            "epochs": self.getEpochs(),
-            "train_steps_per_epoch": self.getTrainStepsPerEpoch(),
-            "validation_steps_per_epoch": self.getValidationStepsPerEpoch(),
-            "shuffle": self.getShuffle() and self.getShufflingBufferSize() != 0,
-            "shuffle_buffer_size": self.getShufflingBufferSize(),
-            "random_seed": self.getRandomSeed(),
-            "verbose": self.getVerbose(),
-            "use_gpu": self.getUseGpu(),
-            "store": store.to_remote(run_id, None) if store is not None else None,
-            "resume": resume,
-        }
+        return dict(
+            data=data_spec,
+            batch_size=self.getBatchSize(),
+            val_batch_size=self.getValBatchSize(),
+            epochs=self.getEpochs(),
+            train_steps_per_epoch=self.getTrainStepsPerEpoch(),
+            validation_steps_per_epoch=self.getValidationStepsPerEpoch(),
+            shuffle=self.getShuffle() and self.getShufflingBufferSize() != 0,
+            shuffle_buffer_size=self.getShufflingBufferSize(),
+            random_seed=self.getRandomSeed(),
+            verbose=self.getVerbose(),
+            use_gpu=self.getUseGpu(),
+            store=store.to_remote(run_id, None) if store is not None else None,
+            resume=resume,
+        )
 
     def _read_resume(self, run_id):
         """What the framework needs to resume ``run_id`` from the store (None: start afresh)."""

@@ -1,14 +1,25 @@
-"""What every estimator's ranks do with their data before training: load their share (Arrow
-batches from Spark, or Parquet from the store), split off the validation rows, agree on the
-totals, and lend rows to ranks that have none (a DataFrame with fewer partitions or rows than
-ranks still trains). Framework-neutral: the collectives run on numpy through the engine.
+"""What every estimator's ranks do around their framework's training: the typed settings a fit
+sends them (``TrainingSettings``, one subclass per framework), loading their share of the rows
+(Arrow batches from Spark, or Parquet from the store), splitting off the validation rows, agreeing
+on the totals and lending rows to ranks that have none (a DataFrame with fewer partitions or rows
+than ranks still trains), the steps and batch streams of an epoch, and the run's local directory
+and checkpoints (``RankFit``). ``run_rank`` is the one rank runner: each framework gives only a
+``Framework`` (its start-up and its fit). Framework-neutral: the collectives run on numpy through
+the engine.
 """
 
+import contextlib
+import dataclasses
+import functools
 import math
+import os
+import tempfile
+import typing
 
 import numpy as np
 
 from horovod_rs.common import arrays
+from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.common.columns import ColumnError
 from horovod_rs.spark.common.data import RankData, memory_budget
 
@@ -30,6 +41,125 @@ class DataSpec:
         """The columns a batch carries into training."""
         extra = [self.sample_weight_col] if self.sample_weight_col else []
         return list(dict.fromkeys(self.feature_cols + self.label_cols + extra))
+
+
+@dataclasses.dataclass
+class TrainingSettings:
+    """What every framework's ranks take from the estimator's shared params (built on the driver,
+    shipped to the ranks); each framework's subclass adds its own fields."""
+
+    data: DataSpec
+    batch_size: int
+    val_batch_size: typing.Optional[int]
+    epochs: int
+    train_steps_per_epoch: typing.Optional[int]
+    validation_steps_per_epoch: typing.Optional[int]
+    shuffle: bool
+    shuffle_buffer_size: typing.Optional[int]
+    random_seed: typing.Optional[int]
+    verbose: int
+    use_gpu: bool
+    # The store's paths and functions for the ranks (``Store.to_remote``), or None.
+    store: typing.Any
+    # ``(state, checkpoint bytes)`` of the run to resume, or None for a new run.
+    resume: typing.Any
+
+
+class Framework:
+    """What a framework gives the rank runner: how an epoch's steps round (Horovod's: Keras
+    ``ceil``, Torch and Lightning ``floor``), its checkpoint files' extension, ``start`` (before
+    the rows load: threads, seeds, the model; returns the framework's ``hvd`` module and anything
+    ``fit`` needs) and ``fit`` (the training, rank 0 returning what the estimator's
+    ``_create_model`` takes)."""
+
+    train_rounding = "floor"
+    val_rounding = "ceil"
+    checkpoint_extension = ""
+
+    def start(self, settings, rank):
+        raise NotImplementedError()
+
+    def fit(self, run, started):
+        raise NotImplementedError()
+
+
+def trainer(framework, settings):
+    """``train(rank, batches)`` for the ranks, running ``framework`` with ``settings``."""
+    return functools.partial(run_rank, framework, settings)
+
+
+def run_rank(framework, settings, rank, batches):
+    """One rank's fit: the framework starts, the rank's rows load, then the framework fits within
+    the run's local directory."""
+    hvd, started = framework.start(settings, rank)
+    share = load_share(batches, settings.data, hvd.local_size(), lend_rows=settings.batch_size)
+    try:
+        return framework.fit(RankFit(framework, settings, rank, hvd.size(), share), started)
+    finally:
+        share.close()
+
+
+class RankFit:
+    """One rank's fit as every framework runs it: its share of the rows, the steps of an epoch,
+    the batch streams, the run's local directory (synced to the store by rank 0) and rank 0's
+    checkpoint writer."""
+
+    def __init__(self, framework, settings, rank, size, share):
+        s = settings
+        self.settings, self.rank, self.size, self.share = s, rank, size, share
+        self.verbose = s.verbose if rank == 0 else 0
+        self.val_batch_size = s.val_batch_size or s.batch_size
+        self.steps = s.train_steps_per_epoch or steps(share.train_rows, s.batch_size, size, framework.train_rounding)
+        self.val_steps = (s.validation_steps_per_epoch or
+                          steps(share.val_rows, self.val_batch_size, size, framework.val_rounding)) \
+            if share.val is not None else 0
+        self._seed = None if s.random_seed is None else s.random_seed + rank
+        self._extension = framework.checkpoint_extension
+
+    @property
+    def saving(self):
+        """Whether the run is written to the store (checkpoints, logs)."""
+        return self.settings.store is not None and self.settings.store.saving_runs
+
+    def train_stream(self):
+        """An endless stream of this rank's training batches, reshuffled every pass."""
+        s = self.settings
+        return self.share.train.stream(s.batch_size, s.shuffle, self._seed, s.shuffle_buffer_size)
+
+    def val_stream(self):
+        """An endless stream of this rank's validation batches in order, or None without validation."""
+        return self.share.val.stream(self.val_batch_size, shuffle=False) if self.share.val is not None else None
+
+    @contextlib.contextmanager
+    def run_dir(self):
+        """The run's local directory for the block (rank 0's is synced to the store)."""
+        store = self.settings.store
+        if store is not None:
+            with store.get_local_output_dir() as directory:
+                yield directory
+        else:
+            with tempfile.TemporaryDirectory(prefix="horovod_rs-run-") as directory:
+                yield directory
+
+    def logs_dir(self, run_dir):
+        """Where TensorBoard's event files go in the run's directory."""
+        store = self.settings.store
+        return os.path.join(run_dir, store.logs_subdir if store is not None else "logs")
+
+    def writer(self, run_dir):
+        """Rank 0's checkpoint writer in ``run_dir`` (syncing to the store when it saves runs); None
+        on the other ranks."""
+        if self.rank != 0:
+            return None
+        return RunWriter(run_dir, self.settings.store.sync if self.saving else None, self._extension)
+
+    def describe(self):
+        """Rank 0's summary line of the fit's data and steps."""
+        s, share = self.settings, self.share
+        return "horovod_rs: %d ranks, %d training rows (%d steps of %d per rank and epoch)%s" % (
+            self.size, share.train_rows, self.steps, s.batch_size,
+            ", %d validation rows (%d steps of %d)" % (share.val_rows, self.val_steps, self.val_batch_size)
+            if self.val_steps else "")
 
 
 class RankShare:

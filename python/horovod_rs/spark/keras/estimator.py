@@ -66,21 +66,21 @@ class KerasEstimator(HorovodEstimator):
     def _remote_trainer(self, run_id, data_spec, resume):
         model = self.getModel()
         optimizer = self.getOptimizer() or model.optimizer
-        settings = dict(self._training_settings(run_id, data_spec, resume), **{
-            "model": util.serialize_model(model),
-            "optimizer": util.serialize_optimizer(optimizer),
-            "custom_objects": _dumps(self.getCustomObjects() or {}, "custom_objects"),
-            "loss": util.portable(self.getLoss()),
-            "loss_weights": self.getLossWeights(),
-            "metrics": util.portable(self.getMetrics() or []),
-            "callbacks": _dumps(list(self.getCallbacks() or []), "callbacks"),
-            "checkpoint_callback": _dumps(self.getCheckpointCallback(), "checkpoint_callback")
-            if self.getCheckpointCallback() is not None else None,
-            "gradient_compression": _dumps(self.getGradientCompression(), "gradient_compression")
-            if self.getGradientCompression() is not None else None,
-            "backward_passes_per_step": self.getBackwardPassesPerStep(),
-            "floatx": util.keras().backend.floatx(),
-        })
+        checkpoint, compression = self.getCheckpointCallback(), self.getGradientCompression()
+        settings = remote.KerasSettings(
+            **self._shared_settings(run_id, data_spec, resume),
+            model=util.serialize_model(model),
+            optimizer=util.serialize_optimizer(optimizer),
+            custom_objects=_dumps(self.getCustomObjects() or {}, "custom_objects"),
+            loss=util.portable(self.getLoss()),
+            loss_weights=self.getLossWeights(),
+            metrics=util.portable(self.getMetrics() or []),
+            callbacks=_dumps(list(self.getCallbacks() or []), "callbacks"),
+            checkpoint_callback=_dumps(checkpoint, "checkpoint_callback") if checkpoint is not None else None,
+            gradient_compression=_dumps(compression, "gradient_compression") if compression is not None else None,
+            backward_passes_per_step=self.getBackwardPassesPerStep(),
+            floatx=util.keras().backend.floatx(),
+        )
         return remote.make_trainer(settings)
 
     def _backend_env(self):

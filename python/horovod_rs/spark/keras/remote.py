@@ -9,96 +9,108 @@ over the ranks after every epoch; the returned model is the checkpoint callback'
 with ``BestModelCheckpoint``), else the last epoch's.
 """
 
-import functools
+import dataclasses
 import io
 import os
+import typing
 
 import cloudpickle
 import numpy as np
 
 from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common import remote as common
-from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.keras import util
-
-CHECKPOINT_EXTENSION = ".npz"
 
 
 def make_trainer(settings):
-    """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by KerasEstimator."""
-    return functools.partial(_train, settings)
+    """``train(rank, batches)`` for the ranks of a fit with ``settings`` (``KerasSettings``)."""
+    return common.trainer(Keras(), settings)
 
 
-def _train(s, rank, batches):
-    tf = frameworks.tensorflow()
+@dataclasses.dataclass
+class KerasSettings(common.TrainingSettings):
+    """A KerasEstimator fit's settings: the shared ones and Keras's (serialized on the driver)."""
 
-    import horovod_rs.tensorflow.keras as hvd
+    model: bytes
+    optimizer: typing.Any
+    custom_objects: bytes
+    loss: typing.Any
+    loss_weights: typing.Optional[list]
+    metrics: typing.Any
+    callbacks: bytes
+    checkpoint_callback: typing.Optional[bytes]
+    gradient_compression: typing.Optional[bytes]
+    backward_passes_per_step: int
+    floatx: str
 
-    k = tf.keras
-    _limit_threads(tf)
-    if s["floatx"]:
-        k.backend.set_floatx(s["floatx"])
-    verbose = s["verbose"] if rank == 0 else 0
-    _pin_gpu(tf, s["use_gpu"], verbose)
-    if s["random_seed"] is not None:
-        k.utils.set_random_seed(s["random_seed"])
-    size = hvd.size()
 
-    custom_objects = common.received("custom_objects", lambda: cloudpickle.loads(s["custom_objects"]))
-    user = _user_objects(s, custom_objects)
-    model = common.received("the model", lambda: util.deserialize_model(s["model"], custom_objects, compile=False))
-    _check_shapes(model, s["data"])
-    share = common.load_share(batches, s["data"], hvd.local_size(), lend_rows=s["batch_size"])
-    try:
-        return _fit(s, rank, size, hvd, k, model, custom_objects, user, share, verbose)
-    finally:
-        share.close()
+class Keras(common.Framework):
+    """Keras on the rank runner: Horovod's steps (``ceil``), ``model.fit`` with horovod_rs's
+    DistributedOptimizer and callbacks."""
+
+    train_rounding = val_rounding = "ceil"
+    checkpoint_extension = ".npz"
+
+    def start(self, s, rank):
+        tf = frameworks.tensorflow()
+
+        import horovod_rs.tensorflow.keras as hvd
+
+        k = tf.keras
+        _limit_threads(tf)
+        if s.floatx:
+            k.backend.set_floatx(s.floatx)
+        _pin_gpu(tf, s.use_gpu, s.verbose if rank == 0 else 0)
+        if s.random_seed is not None:
+            k.utils.set_random_seed(s.random_seed)
+        custom_objects = common.received("custom_objects", lambda: cloudpickle.loads(s.custom_objects))
+        user = _user_objects(s, custom_objects)
+        model = common.received("the model", lambda: util.deserialize_model(s.model, custom_objects, compile=False))
+        _check_shapes(model, s.data)
+        return hvd, (hvd, k, model, custom_objects, user)
+
+    def fit(self, run, started):
+        hvd, k, model, custom_objects, user = started
+        return _fit(run, hvd, k, model, custom_objects, user)
 
 
 def _user_objects(s, custom_objects):
     """The user's losses, metrics, callbacks and compression, unpickled (naming any that fail)."""
     load = common.received
     return {
-        "loss": load("loss", lambda: util.restore(s["loss"], custom_objects)),
-        "metrics": load("metrics", lambda: util.restore(s["metrics"], custom_objects)),
-        "callbacks": load("callbacks", lambda: cloudpickle.loads(s["callbacks"])),
-        "checkpoint_callback": load("checkpoint_callback", lambda: cloudpickle.loads(s["checkpoint_callback"]))
-        if s["checkpoint_callback"] else None,
-        "compression": load("gradient_compression", lambda: cloudpickle.loads(s["gradient_compression"]))
-        if s["gradient_compression"] else None,
+        "loss": load("loss", lambda: util.restore(s.loss, custom_objects)),
+        "metrics": load("metrics", lambda: util.restore(s.metrics, custom_objects)),
+        "callbacks": load("callbacks", lambda: cloudpickle.loads(s.callbacks)),
+        "checkpoint_callback": load("checkpoint_callback", lambda: cloudpickle.loads(s.checkpoint_callback))
+        if s.checkpoint_callback else None,
+        "compression": load("gradient_compression", lambda: cloudpickle.loads(s.gradient_compression))
+        if s.gradient_compression else None,
     }
 
 
-def _fit(s, rank, size, hvd, k, model, custom_objects, user, share, verbose):
-    spec = s["data"]
-    optimizer = util.deserialize_optimizer(s["optimizer"], custom_objects)
+def _fit(run, hvd, k, model, custom_objects, user):
+    s, rank, size, verbose = run.settings, run.rank, run.size, run.verbose
+    spec = s.data
+    optimizer = util.deserialize_optimizer(s.optimizer, custom_objects)
     base_lr = _learning_rate(optimizer)
     if base_lr is not None:
         optimizer.learning_rate = base_lr * size
-    distributed_args = {"backward_passes_per_step": s["backward_passes_per_step"]}
+    distributed_args = {"backward_passes_per_step": s.backward_passes_per_step}
     if user["compression"] is not None:
         distributed_args["compression"] = user["compression"]
     distributed = hvd.DistributedOptimizer(optimizer, **distributed_args)
-    model.compile(optimizer=distributed, loss=user["loss"], loss_weights=s["loss_weights"], metrics=user["metrics"])
+    model.compile(optimizer=distributed, loss=user["loss"], loss_weights=s.loss_weights, metrics=user["metrics"])
 
     epochs_done, history = 0, {}
-    resume = s["resume"]
-    if resume is not None:
-        state, data = resume
+    if s.resume is not None:
+        state, data = s.resume
         epochs_done, history = state["epochs_done"], state["history"]
         _restore(model, distributed, data)
         if base_lr is not None:  # the checkpoint holds the run's unscaled rate
             distributed.learning_rate = state["extra"]["learning_rate"] * size
 
-    steps = s["train_steps_per_epoch"] or common.steps(share.train_rows, s["batch_size"], size, "ceil")
-    val_batch = s["val_batch_size"] or s["batch_size"]
-    val_steps = (s["validation_steps_per_epoch"] or common.steps(share.val_rows, val_batch, size, "ceil")) \
-        if share.val is not None else None
-    seed = None if s["random_seed"] is None else s["random_seed"] + rank
-    train_stream = _keras_batches(share.train.stream(s["batch_size"], s["shuffle"], seed, s["shuffle_buffer_size"]),
-                                  model, spec)
-    val_stream = _keras_batches(share.val.stream(val_batch, shuffle=False), model, spec) \
-        if share.val is not None else None
+    train_stream = _keras_batches(run.train_stream(), model, spec)
+    val_stream = _keras_batches(run.val_stream(), model, spec) if run.val_steps else None
 
     user_callbacks = user["callbacks"]
     for callback in user_callbacks:
@@ -106,29 +118,23 @@ def _fit(s, rank, size, hvd, k, model, custom_objects, user, share, verbose):
             callback.initial_lr = callback.initial_lr * size if base_lr is None else base_lr * size
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=0), hvd.callbacks.MetricAverageCallback()]
     callbacks += user_callbacks
-    remote_store = s["store"]
-    output_dir = remote_store.get_local_output_dir if remote_store is not None else _temporary_dir()
-    with output_dir() as run_dir:
+    with run.run_dir() as run_dir:
         checkpoint_file = None
-        if rank == 0:
+        writer = run.writer(run_dir)
+        if writer is not None:
             user_checkpoint = user["checkpoint_callback"]
             if user_checkpoint is not None:
                 suffix = ".weights.h5" if getattr(user_checkpoint, "save_weights_only", False) else ".keras"
                 checkpoint_file = os.path.join(run_dir, "checkpoint" + suffix)
                 user_checkpoint.filepath = checkpoint_file
                 callbacks.append(user_checkpoint)
-            if remote_store is not None and remote_store.saving_runs:
-                _log_to_tensorboard(k, callbacks, os.path.join(run_dir, remote_store.logs_subdir), verbose)
-            sync = remote_store.sync if remote_store is not None and remote_store.saving_runs else None
-            callbacks.append(_RunCheckpoint(RunWriter(run_dir, sync, CHECKPOINT_EXTENSION), distributed, history,
-                                            base_lr))
+            if run.saving:
+                _log_to_tensorboard(k, callbacks, run.logs_dir(run_dir), verbose)
+            callbacks.append(_RunCheckpoint(writer, distributed, history, base_lr))
         if verbose:
-            print("horovod_rs: %d ranks, %d training rows (%d steps of %d per rank and epoch)%s"
-                  % (size, share.train_rows, steps, s["batch_size"],
-                     ", %d validation rows (%d steps of %d)" % (share.val_rows, val_steps, val_batch)
-                     if val_steps else ""))
-        fitted = model.fit(train_stream, steps_per_epoch=steps, epochs=s["epochs"], initial_epoch=epochs_done,
-                           validation_data=val_stream, validation_steps=val_steps, callbacks=callbacks,
+            print(run.describe())
+        fitted = model.fit(train_stream, steps_per_epoch=run.steps, epochs=s.epochs, initial_epoch=epochs_done,
+                           validation_data=val_stream, validation_steps=run.val_steps or None, callbacks=callbacks,
                            verbose=verbose, shuffle=False)  # the streams shuffle
         if rank != 0:
             return None
@@ -192,9 +198,9 @@ def _restore(model, optimizer, data):
 def _final_model_bytes(model, distributed, base_lr, s, custom_objects):
     """The trained model compiled with the user's own optimizer class (not the distributed wrapper),
     its state copied and its learning rate divided back by the number of ranks."""
-    plain = util.deserialize_optimizer(s["optimizer"], custom_objects)
-    model.compile(optimizer=plain, loss=util.restore(s["loss"], custom_objects), loss_weights=s["loss_weights"],
-                  metrics=util.restore(s["metrics"], custom_objects))
+    plain = util.deserialize_optimizer(s.optimizer, custom_objects)
+    model.compile(optimizer=plain, loss=util.restore(s.loss, custom_objects), loss_weights=s.loss_weights,
+                  metrics=util.restore(s.metrics, custom_objects))
     plain.build(model.trainable_variables)
     for target, source in zip(plain.variables, distributed.variables):
         target.assign(source)
@@ -276,15 +282,3 @@ def _pin_gpu(tf, use_gpu, verbose):
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
     tf.config.set_visible_devices(gpus[index], "GPU")
-
-
-def _temporary_dir():
-    import contextlib
-    import tempfile
-
-    @contextlib.contextmanager
-    def directory():
-        with tempfile.TemporaryDirectory(prefix="horovod_rs-run-") as tmp:
-            yield tmp
-
-    return directory

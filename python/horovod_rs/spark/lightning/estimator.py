@@ -132,23 +132,24 @@ class TorchEstimator(HorovodEstimator):
                       "optimizer_state": state.getvalue(),
                       "parameter_order": util.parameter_order(optimizer, model),
                       "loss": util.dumps(self.getLoss(), "loss")}
-        settings = dict(self._training_settings(run_id, data_spec, resume), **{
-            "package": lightning_package(model),
-            "model": util.serialize_model(model),
-            "legacy": legacy,
-            "loss_weights": self.getLossWeights(),
-            "input_shapes": self.getInputShapes(),
-            "label_shapes": self.getLabelShapes(),
-            "callbacks": util.dumps(list(self.getCallbacks() or []), "callbacks"),
-            "logger": util.dumps(self.getLogger(), "logger"),
-            "gradient_compression": util.dumps(self.getGradientCompression(), "gradient_compression"),
-            "profiler": self.getProfiler(),
-            "trainer_args": self.getTrainerArgs(),
-            "log_every_n_steps": self.getLogEveryNSteps(),
-            "terminate_on_nan": self.getTerminateOnNan(),
-            "debug_data_loader": self.getDebugDataLoader(),
-            "num_gpus": self.getNumGPUs(),
-        })
+        settings = remote.LightningSettings(
+            **self._shared_settings(run_id, data_spec, resume),
+            package=lightning_package(model),
+            model=util.serialize_model(model),
+            legacy=legacy,
+            loss_weights=self.getLossWeights(),
+            input_shapes=self.getInputShapes(),
+            label_shapes=self.getLabelShapes(),
+            callbacks=util.dumps(list(self.getCallbacks() or []), "callbacks"),
+            logger=util.dumps(self.getLogger(), "logger"),
+            gradient_compression=util.dumps(self.getGradientCompression(), "gradient_compression"),
+            profiler=self.getProfiler(),
+            trainer_args=self.getTrainerArgs(),
+            log_every_n_steps=self.getLogEveryNSteps(),
+            terminate_on_nan=self.getTerminateOnNan(),
+            debug_data_loader=self.getDebugDataLoader(),
+            num_gpus=self.getNumGPUs(),
+        )
         return remote.make_trainer(settings)
 
     def _read_checkpoint(self, run_id):

@@ -9,123 +9,141 @@ the user's ``ModelCheckpoint`` files) to the store. Rank 0 returns the model's f
 (the best checkpoint's, with a ``ModelCheckpoint``) and the last epoch's averaged metrics.
 """
 
-import functools
+import dataclasses
 import importlib
 import io
 import os
+import typing
 
 import cloudpickle
 
 from horovod_rs.spark.common import remote as common
-from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.lightning import legacy
 from horovod_rs.spark.lightning.strategy import strategy_class
 from horovod_rs.spark.torch import device as devices
 from horovod_rs.spark.torch import util
-from horovod_rs.spark.torch.remote import _temporary_dir
-
-CHECKPOINT_EXTENSION = ".ckpt"
 
 
 def make_trainer(settings):
-    """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by the estimator."""
-    return functools.partial(_train, settings)
+    """``train(rank, batches)`` for the ranks of a fit with ``settings`` (``LightningSettings``)."""
+    return common.trainer(Lightning(), settings)
 
 
-def _train(s, rank, batches):
-    import horovod_rs.torch as hvd
+@dataclasses.dataclass
+class LightningSettings(common.TrainingSettings):
+    """A Lightning TorchEstimator fit's settings: the shared ones and Lightning's."""
 
-    pl = importlib.import_module(s["package"])
-    devices.limit_threads()
-    verbose = s["verbose"] if rank == 0 else 0
-    if s["random_seed"] is not None:
-        pl.seed_everything(s["random_seed"], verbose=False)
-    device = devices.training_device(hvd, s["use_gpu"] and s["num_gpus"] != 0, verbose)
-    share = common.load_share(batches, s["data"], hvd.local_size(), lend_rows=s["batch_size"])
-    try:
-        return _fit(s, rank, hvd, pl, device, share, verbose)
-    finally:
-        share.close()
+    package: str  # "lightning" or "pytorch_lightning", the model's
+    model: bytes
+    # A plain torch.nn.Module's optimizer and loss (Horovod's legacy path), or None.
+    legacy: typing.Optional[dict]
+    loss_weights: typing.Optional[list]
+    input_shapes: typing.Optional[list]
+    label_shapes: typing.Optional[list]
+    callbacks: bytes
+    logger: bytes
+    gradient_compression: bytes
+    profiler: typing.Any
+    trainer_args: typing.Optional[dict]
+    log_every_n_steps: int
+    terminate_on_nan: bool
+    debug_data_loader: bool
+    num_gpus: typing.Optional[int]
 
 
-def _fit(s, rank, hvd, pl, device, share, verbose):
+class Lightning(common.Framework):
+    """Lightning on the rank runner: a ``Trainer`` with the horovod_rs strategy over loaders of
+    Horovod's steps (``floor``)."""
+
+    train_rounding = val_rounding = "floor"
+    checkpoint_extension = ".ckpt"
+
+    def start(self, s, rank):
+        import horovod_rs.torch as hvd
+
+        pl = importlib.import_module(s.package)
+        devices.limit_threads()
+        if s.random_seed is not None:
+            pl.seed_everything(s.random_seed, verbose=False)
+        device = devices.training_device(hvd, s.use_gpu and s.num_gpus != 0, s.verbose if rank == 0 else 0)
+        return hvd, (hvd, pl, device)
+
+    def fit(self, run, started):
+        hvd, pl, device = started
+        return _fit(run, hvd, pl, device)
+
+
+def _fit(run, hvd, pl, device):
     import torch
 
-    spec, size = s["data"], hvd.size()
-    model = util.deserialize_model(s["model"])
-    if s["legacy"] is not None:
-        model = _legacy_module(pl, model, s["legacy"], spec, s)
+    s, rank, size, verbose, share = run.settings, run.rank, run.size, run.verbose, run.share
+    spec = s.data
+    model = util.deserialize_model(s.model)
+    if s.legacy is not None:
+        model = _legacy_module(pl, model, s.legacy, spec, s)
     else:
         model = legacy.adapt_epoch_end_hooks(model)
 
-    batch_size = s["batch_size"]
-    steps = s["train_steps_per_epoch"] or common.steps(share.train_rows, batch_size, size, "floor")
-    val_batch = s["val_batch_size"] or batch_size
-    val_steps = (s["validation_steps_per_epoch"] or common.steps(share.val_rows, val_batch, size, "floor")) \
-        if share.val is not None else 0
-    seed = None if s["random_seed"] is None else s["random_seed"] + rank
-    train_loader = _loader(share.train.stream(batch_size, s["shuffle"], seed, s["shuffle_buffer_size"]), steps)
-    val_loader = _loader(share.val.stream(val_batch, shuffle=False), val_steps) if val_steps else None
-    if s["debug_data_loader"] or verbose:
+    train_loader = _loader(run.train_stream(), run.steps)
+    val_loader = _loader(run.val_stream(), run.val_steps) if run.val_steps else None
+    if s.debug_data_loader or verbose:
         print("horovod_rs: rank %d of %d: %d training rows (%d steps of %d per epoch)%s" % (
-            rank, size, share.train_rows, steps, batch_size,
-            ", %d validation rows (%d steps of %d)" % (share.val_rows, val_steps, val_batch) if val_steps else ""))
+            rank, size, share.train_rows, run.steps, s.batch_size,
+            ", %d validation rows (%d steps of %d)" % (share.val_rows, run.val_steps, run.val_batch_size)
+            if run.val_steps else ""))
 
-    remote_store = s["store"]
-    saving = remote_store is not None and remote_store.saving_runs
-    output_dir = remote_store.get_local_output_dir if remote_store is not None else _temporary_dir()
-    with output_dir() as run_dir:
-        logs_dir = os.path.join(run_dir, remote_store.logs_subdir if remote_store is not None else "logs")
-        user_callbacks = cloudpickle.loads(s["callbacks"]) or []
+    with run.run_dir() as run_dir:
+        logs_dir = run.logs_dir(run_dir)
+        user_callbacks = cloudpickle.loads(s.callbacks) or []
         checkpoint_callback = _user_checkpoint(pl, user_callbacks, run_dir)
-        writer = RunWriter(run_dir, remote_store.sync if saving else None, CHECKPOINT_EXTENSION) if rank == 0 else None
-        history = dict(s["resume"][0]["history"]) if s["resume"] is not None else {}
+        writer = run.writer(run_dir)
+        history = dict(s.resume[0]["history"]) if s.resume is not None else {}
         callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose)]
         legacy_hooks = legacy.callback_hooks(pl, user_callbacks)
         if legacy_hooks is not None:
             callbacks.append(legacy_hooks)
-        if s["terminate_on_nan"]:
+        if s.terminate_on_nan:
             callbacks.append(_terminate_on_nan(pl))
         kwargs = {
-            "strategy": strategy_class(s["package"])(device, compression=cloudpickle.loads(s["gradient_compression"])),
+            "strategy": strategy_class(s.package)(device, compression=cloudpickle.loads(s.gradient_compression)),
             "accelerator": "gpu" if device.type == "cuda" else "cpu",
             "devices": 1,
             "callbacks": callbacks,
-            "max_epochs": s["epochs"],
+            "max_epochs": s.epochs,
             "logger": _logger(pl, s, logs_dir, verbose),
-            "log_every_n_steps": s["log_every_n_steps"],
+            "log_every_n_steps": s.log_every_n_steps,
             "num_sanity_val_steps": 0,
             "enable_progress_bar": False,
             "enable_model_summary": bool(verbose),
             "enable_checkpointing": checkpoint_callback is not None,
             "default_root_dir": run_dir,
-            "profiler": s["profiler"],
+            "profiler": s.profiler,
             "use_distributed_sampler": False,
         }
-        kwargs.update(s["trainer_args"] or {})
+        kwargs.update(s.trainer_args or {})
         if verbose:
-            print("horovod_rs: %s %s Trainer(%s)" % (s["package"], pl.__version__,
+            print("horovod_rs: %s %s Trainer(%s)" % (s.package, pl.__version__,
                                                      ", ".join("%s=%r" % kv for kv in sorted(kwargs.items())
                                                                if kv[0] not in ("callbacks", "strategy"))))
         trainer = pl.Trainer(**kwargs)
         legacy.call_init_hooks(user_callbacks, trainer)
-        if s["profiler"] not in (None, "simple") and trainer.profiler is not None:
+        if s.profiler not in (None, "simple") and trainer.profiler is not None:
             trainer.profiler.dirpath, trainer.profiler.filename = logs_dir, "profile"
         resume_path = None
-        if s["resume"] is not None:
-            resume_path = os.path.join(run_dir, "resume" + CHECKPOINT_EXTENSION)
+        if s.resume is not None:
+            resume_path = os.path.join(run_dir, "resume" + Lightning.checkpoint_extension)
             with open(resume_path, "wb") as f:
-                f.write(s["resume"][1])
+                f.write(s.resume[1])
         trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_path)
         if rank != 0:
             return None
-        if saving:
-            remote_store.sync(run_dir)  # the profiler's report, the last logs
+        if run.saving:
+            s.store.sync(run_dir)  # the profiler's report, the last logs
         weights = model.state_dict()
         if checkpoint_callback is not None and checkpoint_callback.best_model_path:
             weights = torch.load(checkpoint_callback.best_model_path, map_location="cpu",
                                  weights_only=False)["state_dict"]
-        if s["legacy"] is not None:  # the user's own module's weights, without the wrapper's prefix
+        if s.legacy is not None:  # the user's own module's weights, without the wrapper's prefix
             weights = {k[len("_model."):]: v for k, v in weights.items() if k.startswith("_model.")}
         buffer = io.BytesIO()
         torch.save({k: v.cpu() for k, v in weights.items()}, buffer)
@@ -134,10 +152,10 @@ def _fit(s, rank, hvd, pl, device, share, verbose):
 
 def _legacy_module(pl, model, settings, spec, s):
     loss_fns = util.to_list(cloudpickle.loads(settings["loss"]), len(spec.label_cols))
-    weights = s["loss_weights"] or [1.0 / len(spec.label_cols)] * len(spec.label_cols)
+    weights = s.loss_weights or [1.0 / len(spec.label_cols)] * len(spec.label_cols)
     return legacy.to_lightning_module(pl, model, cloudpickle.loads(settings["optimizer_cls"]),
                                       settings["optimizer_state"], settings["parameter_order"], loss_fns, weights,
-                                      spec, s["input_shapes"], s["label_shapes"])
+                                      spec, s.input_shapes, s.label_shapes)
 
 
 def _loader(stream, steps):
@@ -203,7 +221,7 @@ def _terminate_on_nan(pl):
 
 def _logger(pl, s, logs_dir, verbose):
     """The user's logger writing into the run's logs, else TensorBoard's when installed, else none."""
-    logger = cloudpickle.loads(s["logger"])
+    logger = cloudpickle.loads(s.logger)
     if logger is not None:
         if hasattr(logger, "_root_dir"):
             logger._root_dir = logs_dir

@@ -98,22 +98,23 @@ class TorchEstimator(HorovodEstimator):
         model, optimizer = self.getModel(), self._get_optimizer()
         state = io.BytesIO()
         torch.save(optimizer.state_dict(), state)
-        settings = dict(self._training_settings(run_id, data_spec, resume), **{
-            "model": util.serialize_model(model),
-            "optimizer_cls": util.dumps(type(optimizer), "the optimizer's class"),
-            "optimizer_state": state.getvalue(),
-            "parameter_order": util.parameter_order(optimizer, model),
-            "loss": util.dumps(self.getLoss(), "loss"),
-            "loss_constructors": util.dumps(self.getLossConstructors(), "loss_constructors"),
-            "loss_weights": self.getLossWeights(),
-            "metrics": util.dumps(self.getMetrics() or [], "metrics"),
-            "train_minibatch_fn": util.dumps(self.getTrainMinibatchFn(), "train_minibatch_fn"),
-            "gradient_compression": util.dumps(self.getGradientCompression(), "gradient_compression")
-            if self.getGradientCompression() is not None else None,
-            "input_shapes": self.getInputShapes(),
-            "label_shapes": self.getLabelShapes(),
-            "backward_passes_per_step": self.getBackwardPassesPerStep(),
-        })
+        compression = self.getGradientCompression()
+        settings = remote.TorchSettings(
+            **self._shared_settings(run_id, data_spec, resume),
+            model=util.serialize_model(model),
+            optimizer_cls=util.dumps(type(optimizer), "the optimizer's class"),
+            optimizer_state=state.getvalue(),
+            parameter_order=util.parameter_order(optimizer, model),
+            loss=util.dumps(self.getLoss(), "loss"),
+            loss_constructors=util.dumps(self.getLossConstructors(), "loss_constructors"),
+            loss_weights=self.getLossWeights(),
+            metrics=util.dumps(self.getMetrics() or [], "metrics"),
+            train_minibatch_fn=util.dumps(self.getTrainMinibatchFn(), "train_minibatch_fn"),
+            gradient_compression=util.dumps(compression, "gradient_compression") if compression is not None else None,
+            input_shapes=self.getInputShapes(),
+            label_shapes=self.getLabelShapes(),
+            backward_passes_per_step=self.getBackwardPassesPerStep(),
+        )
         return remote.make_trainer(settings)
 
     def _load_checkpoint(self, run_id):

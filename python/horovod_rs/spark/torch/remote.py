@@ -11,107 +11,119 @@ back in every checkpoint and in the returned optimizer state; the initial state 
 Horovod's names (``_train_minibatch_fn``, ``_metric_cls``, ``_calculate_loss_fn``, ...).
 """
 
+import dataclasses
 import datetime
-import functools
 import inspect
 import io
-import os
+import typing
 
 import cloudpickle
 
 from horovod_rs.spark.common import remote as common
-from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.torch import device as devices
 from horovod_rs.spark.torch import util
 
 METRIC_PRINT_FREQUENCY = 100  # rank 0 prints the running averages every this many steps (verbose)
-CHECKPOINT_EXTENSION = ".pt"
 
 
 def make_trainer(settings):
-    """``train(rank, batches)`` for the ranks; ``settings`` is a dict built by TorchEstimator."""
-    return functools.partial(_train, settings)
+    """``train(rank, batches)`` for the ranks of a fit with ``settings`` (``TorchSettings``)."""
+    return common.trainer(Torch(), settings)
 
 
-def _train(s, rank, batches):
-    import torch
+@dataclasses.dataclass
+class TorchSettings(common.TrainingSettings):
+    """A TorchEstimator fit's settings: the shared ones and PyTorch's (serialized on the driver)."""
 
-    import horovod_rs.torch as hvd
+    model: bytes
+    optimizer_cls: bytes
+    optimizer_state: bytes
+    parameter_order: list
+    loss: bytes
+    loss_constructors: bytes
+    loss_weights: typing.Optional[list]
+    metrics: bytes
+    train_minibatch_fn: bytes
+    gradient_compression: typing.Optional[bytes]
+    input_shapes: typing.Optional[list]
+    label_shapes: typing.Optional[list]
+    backward_passes_per_step: int
 
-    devices.limit_threads()
-    verbose = s["verbose"] if rank == 0 else 0
-    if s["random_seed"] is not None:
-        torch.manual_seed(s["random_seed"])
-    device = devices.training_device(hvd, s["use_gpu"], verbose)
-    share = common.load_share(batches, s["data"], hvd.local_size(), lend_rows=s["batch_size"])
-    try:
-        return _fit(s, rank, hvd, torch, device, share, verbose)
-    finally:
-        share.close()
+
+class Torch(common.Framework):
+    """PyTorch on the rank runner: Horovod's steps (``floor``, validation ``ceil``) and training
+    loop with horovod_rs's DistributedOptimizer."""
+
+    checkpoint_extension = ".pt"
+
+    def start(self, s, rank):
+        import torch
+
+        import horovod_rs.torch as hvd
+
+        devices.limit_threads()
+        if s.random_seed is not None:
+            torch.manual_seed(s.random_seed)
+        device = devices.training_device(hvd, s.use_gpu, s.verbose if rank == 0 else 0)
+        return hvd, (hvd, torch, device)
+
+    def fit(self, run, started):
+        hvd, torch, device = started
+        return _fit(run, hvd, torch, device)
 
 
-def _fit(s, rank, hvd, torch, device, share, verbose):
-    spec, size = s["data"], hvd.size()
-    model = util.deserialize_model(s["model"]).to(device)
+def _fit(run, hvd, torch, device):
+    s, rank, size, verbose, share = run.settings, run.rank, run.size, run.verbose, run.share
+    spec = s.data
+    model = util.deserialize_model(s.model).to(device)
     labels_count = len(spec.label_cols)
-    loss_fns = util.to_list(cloudpickle.loads(s["loss"]), labels_count)
-    constructors = util.to_list(cloudpickle.loads(s["loss_constructors"]), labels_count)
+    loss_fns = util.to_list(cloudpickle.loads(s.loss), labels_count)
+    constructors = util.to_list(cloudpickle.loads(s.loss_constructors), labels_count)
     if constructors:
         context = {"model": model, "hvd": hvd, "torch": torch, "rank": rank, "size": size,
                    "train_rows": share.train_rows, "val_rows": share.val_rows}
         loss_fns = [constructor(**context) for constructor in constructors]
     if spec.sample_weight_col:
         _check_per_sample(loss_fns)
-    loss_weights = s["loss_weights"] or [1.0 / labels_count] * labels_count
-    metric_fn_groups = cloudpickle.loads(s["metrics"]) or []
+    loss_weights = s.loss_weights or [1.0 / labels_count] * labels_count
+    metric_fn_groups = cloudpickle.loads(s.metrics) or []
 
-    optimizer_cls = cloudpickle.loads(s["optimizer_cls"])
-    epochs_done, history, state = 0, [], torch.load(io.BytesIO(s["optimizer_state"]), weights_only=False)
-    if s["resume"] is not None:
-        run_state, data = s["resume"]
+    optimizer_cls = cloudpickle.loads(s.optimizer_cls)
+    epochs_done, history, state = 0, [], torch.load(io.BytesIO(s.optimizer_state), weights_only=False)
+    if s.resume is not None:
+        run_state, data = s.resume
         checkpoint = torch.load(io.BytesIO(data), map_location=device, weights_only=False)
         model.load_state_dict(checkpoint["model"])
         state, epochs_done, history = checkpoint["optimizer"], run_state["epochs_done"], run_state["history"]
     _scale_lr(state, size)  # checkpoints and the user's optimizer hold the unscaled rate
-    optimizer = util.rebuild_optimizer(optimizer_cls, state, s["parameter_order"], model)
+    optimizer = util.rebuild_optimizer(optimizer_cls, state, s.parameter_order, model)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     distributed_args = {"named_parameters": model.named_parameters(),
-                        "backward_passes_per_step": s["backward_passes_per_step"]}
-    if s["gradient_compression"] is not None:
-        distributed_args["compression"] = cloudpickle.loads(s["gradient_compression"])
+                        "backward_passes_per_step": s.backward_passes_per_step}
+    if s.gradient_compression is not None:
+        distributed_args["compression"] = cloudpickle.loads(s.gradient_compression)
     optimizer = hvd.DistributedOptimizer(optimizer, **distributed_args)
     optimizer.load_state_dict(state)  # the wrapper starts without the moments
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    batch_size = s["batch_size"]
-    steps = s["train_steps_per_epoch"] or common.steps(share.train_rows, batch_size, size, "floor")
-    val_batch = s["val_batch_size"] or batch_size
-    val_steps = (s["validation_steps_per_epoch"] or common.steps(share.val_rows, val_batch, size, "ceil")) \
-        if share.val is not None else 0
-    seed = None if s["random_seed"] is None else s["random_seed"] + rank
-    train_stream = share.train.stream(batch_size, s["shuffle"], seed, s["shuffle_buffer_size"])
-    val_stream = share.val.stream(val_batch, shuffle=False) if share.val is not None else None
-    to_tensors = _batch_fn(spec, s["input_shapes"], device)
-    transform_outputs = _transform_outputs_fn(s["label_shapes"])
+    train_stream, val_stream = run.train_stream(), run.val_stream()
+    to_tensors = _batch_fn(spec, s.input_shapes, device)
+    transform_outputs = _transform_outputs_fn(s.label_shapes)
     calculate_loss = _calculate_loss_fn()
 
     def loss_fn(outputs, labels, sample_weights):
         return calculate_loss(outputs, labels, loss_weights, loss_fns, sample_weights)
 
-    train_minibatch = _minibatch_caller(cloudpickle.loads(s["train_minibatch_fn"]) or _train_minibatch_fn())
+    train_minibatch = _minibatch_caller(cloudpickle.loads(s.train_minibatch_fn) or _train_minibatch_fn())
     metric_cls = _metric_cls()
     construct_holders = _construct_metric_value_holders_fn()
     update_metrics = _update_metrics_fn(metric_fn_groups)
     get_metric_avgs = _get_metric_avgs_fn()
     write_summary = _write_metrics_summary_fn()
 
-    remote_store = s["store"]
-    saving = remote_store is not None and remote_store.saving_runs
-    output_dir = remote_store.get_local_output_dir if remote_store is not None else _temporary_dir()
-    with output_dir() as run_dir:
-        log_writer = _summary_writer(os.path.join(run_dir, remote_store.logs_subdir), verbose) \
-            if rank == 0 and saving else None
-        writer = RunWriter(run_dir, remote_store.sync if saving else None, CHECKPOINT_EXTENSION) if rank == 0 else None
+    with run.run_dir() as run_dir:
+        log_writer = _summary_writer(run.logs_dir(run_dir), verbose) if rank == 0 and run.saving else None
+        writer = run.writer(run_dir)
 
         def aggregate(stage, epoch, loss, holders):
             values = get_metric_avgs(holders)
@@ -125,7 +137,7 @@ def _fit(s, rank, hvd, torch, device, share, verbose):
                 inputs, labels, weights = to_tensors(next(stream))
                 if stage == "train":
                     outputs, loss = train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels,
-                                                    weights, s["backward_passes_per_step"], batch_idx)
+                                                    weights, s.backward_passes_per_step, batch_idx)
                     outputs, labels = transform_outputs(outputs, labels)  # metrics see labels as the loss did
                 else:
                     with torch.no_grad():
@@ -140,17 +152,14 @@ def _fit(s, rank, hvd, torch, device, share, verbose):
             return aggregate(stage, epoch, loss_metric, holders)
 
         if verbose:
-            print("horovod_rs: %d ranks, %d training rows (%d steps of %d per rank and epoch)%s"
-                  % (size, share.train_rows, steps, batch_size,
-                     ", %d validation rows (%d steps of %d)" % (share.val_rows, val_steps, val_batch)
-                     if val_stream is not None else ""))
-        for epoch in range(epochs_done, s["epochs"]):
+            print(run.describe())
+        for epoch in range(epochs_done, s.epochs):
             model.train()
-            metrics = {"epoch": epoch, "train": run_epoch("train", epoch, steps, train_stream)}
+            metrics = {"epoch": epoch, "train": run_epoch("train", epoch, run.steps, train_stream)}
             optimizer.step()  # the epoch's last (accumulated) gradients, as Horovod's loop
             if val_stream is not None:
                 model.eval()
-                metrics["validation"] = run_epoch("validation", epoch, val_steps, val_stream)
+                metrics["validation"] = run_epoch("validation", epoch, run.val_steps, val_stream)
             history.append(metrics)
             if verbose:
                 print(datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%b-%d %H:%M:%S UTC"), metrics)
@@ -394,15 +403,3 @@ def _summary_writer(logs_dir, verbose):
             print("horovod_rs: no TensorBoard logs in the store (pip install tensorboard to have them)")
         return None
     return SummaryWriter(logs_dir)
-
-
-def _temporary_dir():
-    import contextlib
-    import tempfile
-
-    @contextlib.contextmanager
-    def directory():
-        with tempfile.TemporaryDirectory(prefix="horovod_rs-run-") as tmp:
-            yield tmp
-
-    return directory
