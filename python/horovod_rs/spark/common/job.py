@@ -24,6 +24,7 @@ never enter the environment of Spark's reused Python workers.
 import json
 import os
 import secrets
+import signal
 import threading
 import time
 import traceback
@@ -34,8 +35,10 @@ import cloudpickle
 from horovod_rs.spark.common import session
 
 POLL_S = 0.2
-# How often a job waiting for task slots says what it waits for.
+# How often a job waiting for task slots says what it waits for (the first time after executors
+# that are only starting would usually be up).
 WAITING_NOTE_S = 30.0
+FIRST_WAITING_NOTE_S = 5.0
 # The columns of a rank's outcome row.
 OUTCOME_SCHEMA = "rank int, ok boolean, payload binary, output string"
 
@@ -89,24 +92,25 @@ def run_attempts(attempts, run, on_retry, knob):
 
 def await_slots(spark, num_proc, start_timeout):
     """Returns once the cluster can run ``num_proc`` tasks at once (a barrier stage needs them
-    all). A cluster that cannot grow fails at once; one that can (executors starting, dynamic
-    allocation) is waited for up to ``start_timeout``, saying what for."""
-    available = session.task_slots(spark)
-    if available is None or available >= num_proc:
-        return
-    if not session.cluster_can_grow(spark):
+    all). More processes than a cluster that cannot grow is configured for fail at once; else
+    the scheduler's count (a classic session's) is waited for up to ``start_timeout`` (executors
+    starting, dynamic allocation), saying what for after 5 s and every 30 s."""
+    configured = session.configured_slots(spark)
+    if configured is not None and configured < num_proc and not session.cluster_can_grow(spark):
         raise TimeoutError("the cluster has %d task slots for %d processes, and it cannot grow (master %s): lower "
-                           "num_proc or start a larger cluster" % (available, num_proc,
+                           "num_proc or start a larger cluster" % (configured, num_proc,
                                                                    session.conf(spark, "spark.master")))
+    available = session.task_slots(spark)
+    if available is None:
+        return
     started = time.time()
-    said = None
+    said = started - WAITING_NOTE_S + FIRST_WAITING_NOTE_S
     while available < num_proc:
-        waited = time.time() - started
-        if waited > start_timeout:
+        if time.time() - started > start_timeout:
             raise TimeoutError("the cluster has %d task slots for %d processes after waiting %.0f s (add executors "
                                "or cores, lower num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT)"
                                % (available, num_proc, start_timeout))
-        if said is None or time.time() - said >= WAITING_NOTE_S:
+        if time.time() - said >= WAITING_NOTE_S:
             print("horovod_rs: waiting for %d task slots; the cluster has %d (executors starting or dynamic "
                   "allocation); giving up after %.0f s" % (num_proc, available, start_timeout), flush=True)
             said = time.time()
@@ -136,6 +140,9 @@ class BarrierJob:
 
         if self.num_proc < 1:
             raise ValueError("num_proc must be at least 1, not %r" % (self.num_proc,))
+        if session.spark_version(self.spark) < (3, 5):
+            raise RuntimeError("horovod_rs runs its ranks as a barrier stage of a DataFrame, which needs Spark 3.5 or "
+                               "newer; this session's Spark is %s" % self.spark.version)
         settings = JobSettings(self.spark, self._env)
         if self._start_timeout is None:
             self._start_timeout = settings.start_timeout
@@ -205,10 +212,12 @@ class BarrierJob:
         tag = "%s [%s]" % (self._description.replace(",", ";"), secrets.token_hex(6))
         start = _StartWatch(self.spark, self.num_proc, self._start_timeout, tag)
         try:
-            with session.tagged(self.spark, tag):
+            with session.tagged(self.spark, tag), _CtrlC() as ctrl_c:
                 rows = stage.collect()
         except BaseException as e:
             session.interrupt(self.spark, tag)
+            if ctrl_c.pressed:
+                raise KeyboardInterrupt() from None  # whatever the blocked call made of it
             if start.timed_out:
                 raise TimeoutError("only %d of %d ranks started within %.0f s: other jobs hold the cluster's task "
                                    "slots (free them, lower num_proc, or raise start_timeout / "
@@ -252,27 +261,51 @@ class BarrierJob:
             replay(self._output, rank, output)
 
 
+class _CtrlC:
+    """Within the block, notes a Ctrl-C (SIGINT) in the main thread before raising
+    ``KeyboardInterrupt`` as usual: a call blocked in py4j may turn it into a ``Py4JError``, and
+    the job must be cancelled and the interrupt surface as one either way."""
+
+    def __enter__(self):
+        self.pressed = self._installed = False
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def _handle(self, signum, frame):
+        self.pressed = True
+        raise KeyboardInterrupt()
+
+    def __exit__(self, *exc):
+        if self._installed:  # None: a handler not set from Python, which the default stands for
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.SIG_DFL)
+        return False
+
+
 class _StartWatch:
     """Under a Connect session that reports progress: cancels the job (by ``tag``) when fewer than
-    ``num_proc`` tasks ran within ``timeout`` seconds of submission. A classic session waited for
-    its slots before submitting (``await_slots``); there a started stage runs every rank at once."""
+    ``num_proc`` tasks ran within ``timeout`` seconds of submission. Only a server that reports
+    can tell: without a report nothing is cancelled. A classic session waited for its slots before
+    submitting (``await_slots``); there a started stage runs every rank at once."""
 
     def __init__(self, spark, num_proc, timeout, tag):
-        self.most, self.timed_out = 0, False
+        self.most, self.reports, self.timed_out = 0, 0, False
+        self._num_proc = num_proc
         self._done = threading.Event()
         self._stop_progress = session.watch_progress(spark, self._progress)
         if self._stop_progress is None:
             return
 
         def watch():
-            if not self._done.wait(timeout) and self.most < num_proc:
+            if not self._done.wait(timeout) and self.reports and self.most < num_proc:
                 self.timed_out = True
                 session.interrupt(spark, tag)
 
-        self._num_proc = num_proc
         threading.Thread(target=watch, name="horovod_rs-start-watch", daemon=True).start()
 
     def _progress(self, inflight_tasks):
+        self.reports += 1
         self.most = max(self.most, inflight_tasks)
         if self.most >= self._num_proc:
             self._done.set()

@@ -74,7 +74,7 @@ def default_parallelism(spark):
     value = conf(spark, "spark.default.parallelism")
     if value is not None:
         return int(value)
-    slots = task_slots(spark)
+    slots = configured_slots(spark)
     if slots is None:
         raise ValueError("num_proc is required from a Spark Connect session whose cluster size cannot be read off "
                          "its configuration (spark.default.parallelism, the master or executor settings)")
@@ -82,16 +82,18 @@ def default_parallelism(spark):
 
 
 def task_slots(spark):
-    """How many tasks the cluster can run at once (a barrier stage needs one per rank), or None
-    when a Connect client cannot tell."""
+    """How many tasks the cluster runs at once now (a barrier stage needs one per rank), as its
+    scheduler counts them, or None when a Connect client cannot ask it."""
     sc = _classic_context(spark)
-    if sc is not None:
-        jsc = sc._jsc.sc()
-        return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
-    return _slots_from_conf(spark)
+    if sc is None:
+        return None
+    jsc = sc._jsc.sc()
+    return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
 
 
-def _slots_from_conf(spark):
+def configured_slots(spark):
+    """How many tasks the cluster's configuration says it runs at once when all its executors
+    are up (``local[N]``, ``local-cluster[...]``, executor instances and cores), or None."""
     task_cpus = int(conf(spark, "spark.task.cpus", "1"))
     master = conf(spark, "spark.master", "")
     local = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
@@ -110,8 +112,8 @@ def _slots_from_conf(spark):
 
 
 def cluster_can_grow(spark):
-    """Whether more task slots may come (executors still starting, dynamic allocation, a standalone
-    cluster gaining workers): false only for the fixed local masters."""
+    """Whether the cluster may get more task slots than it is configured with (dynamic
+    allocation, a standalone cluster gaining workers): false for the fixed local masters."""
     master = conf(spark, "spark.master", "")
     return not re.fullmatch(r"local(\[.*\])?|local-cluster\[.*\]", master)
 
@@ -143,8 +145,10 @@ def executors_reach_this_process_at(spark):
 def tagged(spark, tag):
     """Within the block, the session's jobs carry ``tag`` (``interrupt(spark, tag)`` cancels them)."""
     sc = _classic_context(spark)
-    if sc is not None and spark_version(spark) < (4, 0):
-        # Spark 3.5's classic session has no tags: its context's job tags do the same.
+    if sc is not None:
+        # A classic session's own tags are its JVM thread's: another thread (py4j's, after a
+        # Ctrl-C broke the blocked call's connection) could not interrupt them. The context's job
+        # tags are cancelled from any thread.
         sc.addJobTag(tag)
         try:
             yield
@@ -161,7 +165,7 @@ def tagged(spark, tag):
 def interrupt(spark, tag):
     """Cancels the session's running jobs that carry ``tag``."""
     sc = _classic_context(spark)
-    if sc is not None and spark_version(spark) < (4, 0):
+    if sc is not None:
         sc.cancelJobsWithTag(tag)
     else:
         spark.interruptTag(tag)
