@@ -44,10 +44,25 @@ def cluster_conf():
     }
 
 
+# The suite's Connect server abandons (and interrupts) an execution whose client went away after
+# this long (Spark's default: 5 minutes), so that a test can see a job stop without its client. A
+# server notices a silent client's absence only when its response stream ends and is not
+# reattached: it ends every STREAM_S here (Spark's default: 2 minutes).
+DETACHED_TIMEOUT_S = 10
+STREAM_S = 5
+
+
+def connect_only(test):
+    return pytest.mark.skipif(not CONNECT, reason="needs a Spark Connect session")(test)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     if CONNECT:
-        with ConnectServer(MASTER, cluster_conf(), tmp_path_factory.mktemp("connect-server")) as server:
+        conf = dict(cluster_conf(), **{"spark.connect.execute.manager.detachedTimeout": "%ds" % DETACHED_TIMEOUT_S,
+                                       "spark.connect.execute.manager.maintenanceInterval": "1s",
+                                       "spark.connect.execute.reattachable.senderMaxStreamDuration": "%ds" % STREAM_S})
+        with ConnectServer(MASTER, conf, tmp_path_factory.mktemp("connect-server")) as server:
             session = SparkSession.builder.remote(server.url).getOrCreate()
             yield session
             session.stop()

@@ -1,16 +1,20 @@
 """Cancelling a running job from the client: Ctrl-C (SIGINT) or ``spark.interruptAll()`` stops the
 barrier job and every rank within 10 s, and leaves no shared-memory segment behind, from a
-classic session and from a Spark Connect one."""
+classic session and from a Spark Connect one; a Connect client that goes away leaves no job
+running either."""
 
 import glob
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 import horovod_rs.spark
+from conftest import DETACHED_TIMEOUT_S, STREAM_S, connect_only
 from horovod_rs.spark.common.session import is_connect, spark_version
 from horovod_rs.spark.run_api import HorovodRunError
 
@@ -80,3 +84,38 @@ def test_interrupt_all_cancels_the_job_and_stops_every_rank(spark, tmp_path):
     with pytest.raises(HorovodRunError, match="failed in Spark"):
         horovod_rs.spark.run(beating_fn(beats), num_proc=2)
     _assert_ranks_stop(beats, segments_before)
+
+
+CLIENT = """
+import sys, time
+from pyspark.sql import SparkSession
+sys.path.insert(0, {tests!r})
+import test_cancel
+spark = SparkSession.builder.remote({url!r}).getOrCreate()
+import horovod_rs.spark
+horovod_rs.spark.run(test_cancel.beating_fn({beats!r}), num_proc=2)
+"""
+
+
+@connect_only
+def test_a_client_that_goes_away_does_not_leave_its_job_running(spark, tmp_path):
+    beats = str(tmp_path / "beats")
+    os.mkdir(beats)
+    url = "sc://%s" % spark.client._builder.endpoint
+    script = CLIENT.format(tests=os.path.dirname(os.path.abspath(__file__)), url=url, beats=beats)
+    client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while len(os.listdir(beats)) < 2 and time.time() < deadline and client.poll() is None:
+            time.sleep(0.1)
+        assert len(os.listdir(beats)) == 2, "the client's job never ran"
+    finally:
+        client.kill()  # as a laptop that loses its network or a killed notebook kernel
+        client.wait()
+    gone = time.time()
+    # The server finds the execution detached when its stream ends (STREAM_S) and abandons it after
+    # DETACHED_TIMEOUT_S, which cancels the job.
+    limit = STREAM_S + DETACHED_TIMEOUT_S + STOP_WITHIN_S + 30
+    while time.time() - _last_beat(beats) < 1.0 and time.time() - gone < limit:
+        time.sleep(0.2)
+    assert time.time() - _last_beat(beats) >= 1.0, "the job still runs %.0f s after its client went away" % limit

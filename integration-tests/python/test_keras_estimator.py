@@ -54,7 +54,9 @@ def test_fit_predicts_and_reports_horovods_history(spark, store):
     model = estimator(store, validation="isVal", checkpoint_callback=BestModelCheckpoint(monitor="val_loss")).fit(df)
     history = model.getHistory()
     assert set(history) == {"loss", "mae", "val_loss", "val_mae"} and len(history["val_loss"]) == 4
-    assert history["val_loss"][-1] < 0.1 < history["val_loss"][0]
+    # The rows reach the ranks in the order Spark's shuffle fetches them, so the first epochs vary
+    # from run to run (0.09 to 1.3 seen); the last is good and better than the first.
+    assert history["val_loss"][-1] < min(0.1, history["val_loss"][0])
     predicted = model.transform(df)
     assert dict(predicted.dtypes)["y__output"] == "double"  # the label's type, as Horovod
     assert predicted.selectExpr("avg(abs(y__output - y))").first()[0] < 0.3

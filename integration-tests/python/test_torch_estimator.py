@@ -156,3 +156,18 @@ def test_bad_params_are_named():
 def test_a_failing_rank_is_named(spark, tmp_path):
     with pytest.raises(HorovodRunError, match="(?s)rank 1 of 2 failed.*rank one fails on purpose"):
         estimator(Store.create(str(tmp_path)), model=FailsOnRankOne()).fit(regression(spark, 200))
+
+
+def test_cross_validation_picks_among_fits(spark, tmp_path):
+    from pyspark.ml.evaluation import RegressionEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    df = spark.createDataFrame(regression(spark, 400).select("features", "y").collect())
+    est = estimator(Store.create(str(tmp_path)), epochs=1)
+    # One epoch of 64-row batches takes 3 steps per rank; of 8-row batches, 25: the latter fits better.
+    grid = ParamGridBuilder().addGrid(est.batch_size, [64, 8]).build()
+    evaluator = RegressionEvaluator(labelCol="y", predictionCol="y__output", metricName="rmse")
+    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=1).fit(df)
+    assert len(cv.avgMetrics) == 2 and cv.avgMetrics[1] < cv.avgMetrics[0]
+    assert isinstance(cv.bestModel, TorchModel)
+    assert evaluator.evaluate(cv.bestModel.transform(df)) < 1.0

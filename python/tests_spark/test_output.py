@@ -5,6 +5,7 @@ the cluster), kept and printed by the driver when the job ends."""
 import io
 import socket
 import sys
+import time
 
 from horovod_rs.spark.common.output import OutputServer, forward_output, replay
 
@@ -21,10 +22,13 @@ def test_lines_reach_the_driver_live_with_the_ranks_prefix():
     try:
         with forward_output("127.0.0.1:%d" % server.port, "token", 1) as forwarded:
             print("epoch 1 done")
+            deadline = time.time() + 30  # the server's thread prints it as it arrives
+            while "epoch 1 done" not in out.getvalue() and time.time() < deadline:
+                time.sleep(0.01)
         assert forwarded.undelivered() == ""
     finally:
-        server.close()  # waits for the handler's last line
-    assert "[1]<stdout>:epoch 1 done\n" in out.getvalue()
+        server.close()
+    assert out.getvalue() == "[1]<stdout>:epoch 1 done\n"
 
 
 def test_lines_that_cannot_reach_the_driver_are_kept_and_replayed(capsys):
