@@ -171,3 +171,22 @@ def test_cross_validation_picks_among_fits(spark, tmp_path):
     assert len(cv.avgMetrics) == 2 and cv.avgMetrics[1] < cv.avgMetrics[0]
     assert isinstance(cv.bestModel, TorchModel)
     assert evaluator.evaluate(cv.bestModel.transform(df)) < 1.0
+
+
+def test_a_store_the_executors_cannot_write_to_fails_before_training(spark, tmp_path):
+    from horovod_rs.spark.common.store import FilesystemStore
+
+    class DriverOnlyStore(FilesystemStore):
+        """Writable from the driver, not from the executors (say, a path local to the driver's host)."""
+
+        def write(self, path, data):
+            from pyspark import TaskContext
+
+            if TaskContext.get() is not None:
+                raise PermissionError(13, "Permission denied", path)
+            super().write(path, data)
+
+    est = estimator(DriverOnlyStore(str(tmp_path)), epochs=50)
+    with pytest.raises(HorovodRunError, match="(?s)rank 0 of 2 failed.*rank 0's executor cannot write to the store at "
+                                              "file://.*Permission denied"):
+        est.fit(regression(spark, 200))

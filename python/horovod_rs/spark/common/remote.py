@@ -91,6 +91,12 @@ def trainer(framework, settings):
 def run_rank(framework, settings, rank, batches):
     """One rank's fit: the framework starts, the rank's rows load, then the framework fits within
     the run's local directory."""
+    if rank == 0 and settings.store is not None and settings.store.saving_runs:
+        # Rank 0 writes the checkpoints: a store its executor cannot reach fails now, not after an epoch.
+        try:
+            settings.store.check_writable()
+        except ValueError as e:
+            raise ValueError("rank 0's executor cannot write to the store: %s" % e) from None
     hvd, started = framework.start(settings, rank)
     share = load_share(batches, settings.data, hvd.local_size(), lend_rows=settings.batch_size)
     try:

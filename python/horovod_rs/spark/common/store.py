@@ -120,6 +120,7 @@ class Store:
             "logs_subdir": self.get_logs_subdir(),
             "get_local_output_dir": self.get_local_output_dir_fn(run_id),
             "sync": self.sync_fn(run_id),
+            "check_writable": self.check_writable,
         }
 
     @staticmethod
@@ -166,8 +167,9 @@ class AbstractFilesystemStore(Store):
         self.write(path, text.encode("utf-8"))
 
     def check_writable(self):
-        """Fails, naming the store and why, unless this process can write to the runs path (checked
-        before a fit starts any Spark job, not at its first checkpoint)."""
+        """Fails, naming the store and why, unless this process can write to the runs path (a fit
+        checks it on the driver before any Spark job, and rank 0 on its executor before it trains,
+        not at the first checkpoint)."""
         probe = posixpath.join(self.get_runs_path(), ".horovod_rs-write-check-%s" % uuid.uuid4().hex[:8])
         try:
             self.write(probe, b"")
