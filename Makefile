@@ -50,7 +50,7 @@ BENCH_GLOO      ?= 0
 BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jars \
-        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check bench-launch bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
+        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
         $(addprefix pyspark-test-,$(TESTED_LINES)) $(addprefix pyspark-connect-test-,$(TESTED_LINES))
@@ -423,6 +423,11 @@ bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.
 
 bench-launch: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)
+
+# The PySpark Run API's launch from a classic session and from a Spark Connect client, beside a
+# plain two-task job of each; CSV session,impl,run,seconds (docs/launch.md).
+bench-launch-python: tools jar-release $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.connect
+	$(PYTHON) examples/bench/bench_run_api.py --master '$(MASTER)' --jar $(abspath $(JAR)) 2>/dev/null
 
 # Allreduce (f32 SUM, 4 B to 64 MiB, 2-4 ranks on this host): ours over shared
 # memory and over TCP, then the peers, as one CSV on stdout; then a table and

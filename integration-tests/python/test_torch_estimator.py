@@ -187,6 +187,6 @@ def test_a_store_the_executors_cannot_write_to_fails_before_training(spark, tmp_
             super().write(path, data)
 
     est = estimator(DriverOnlyStore(str(tmp_path)), epochs=50)
-    with pytest.raises(HorovodRunError, match="(?s)rank 0 of 2 failed.*rank 0's executor cannot write to the store at "
-                                              "file://.*Permission denied"):
+    with pytest.raises(HorovodRunError, match="(?s)rank 0 of 2 failed.*rank 0's executor cannot write to the store: "
+                                              "the store at file://.*Permission denied"):
         est.fit(regression(spark, 200))
