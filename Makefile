@@ -2,9 +2,12 @@
 # Each target installs what it needs (Gradle, a project-local Python environment with
 # pyspark) the first time, and only the first time.
 
+SHELL           := /bin/bash
 PYSPARK_VERSION := 4.3.0
 VENV            := .venv
 PYTHON          := $(VENV)/bin/python
+# Installs into an environment one at a time (`make -j2` may reach two at once).
+PIP             := flock $(VENV)/.pip-lock $(VENV)/bin/pip
 SPARK_HOME      := $(abspath $(VENV)/lib/python3.11/site-packages/pyspark)
 SPARK_SUBMIT    := $(VENV)/bin/spark-submit
 GRADLE          := gradle --console=plain -q
@@ -21,6 +24,7 @@ LINES           := $(LINE) $(LINE_35) spark3.5_2.13
 TESTED_LINES    := $(LINE) $(LINE_35)
 PYSPARK_35      := 3.5.9
 VENV_35         := .venv-spark3.5
+PIP_35          := flock $(VENV_35)/.pip-lock $(VENV_35)/bin/pip
 
 # A line's jar; its Gradle (with a task history of its own, so that building one line does not
 # make Gradle rebuild another); its Python environment; the Spark its jobs run on.
@@ -49,7 +53,7 @@ BENCH_GLOO      ?= 0
 # each figure's median (on a shared VM, single runs vary by up to 2x).
 BENCH_REPEAT    ?= 1
 
-.PHONY: demo demo-run-api scala-example pyspark-test python-test test cargo-test java-test integration-test lint jar jars \
+.PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build java-test integration-test lint jar jars \
         jar-release native-debug dist dist-native dist-jars dist-wheels dist-check bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
@@ -63,8 +67,21 @@ demo: tools jar-release
 demo-run-api: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LinearRegressionDemo $(EXAMPLES_JAR) 2
 
-test: tools lint cargo-test java-test integration-test scala-example pyspark-test pyspark-connect-test python-test flyte-test \
-      faults-quick
+# `make test` installs and builds first, in two lanes at once (downloads overlap compiles; the
+# lanes' lines carry their names), then runs every suite, one after another: suites side by side
+# were slower than in turn on 2 cores (each starts a Spark cluster and Python workers that import
+# TensorFlow or torch).
+LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
+                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs
+LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
+TESTS := cargo-test java-test integration-test scala-example pyspark-test pyspark-connect-test python-test flyte-test \
+         faults-quick
+test:
+	$(MAKE) --no-print-directory -j2 lane-installs lane-builds
+	$(MAKE) --no-print-directory $(TESTS)
+
+lane-installs lane-builds: lane-%:
+	set -o pipefail; $(MAKE) --no-print-directory -j1 $(LANE_$*) 2>&1 | sed -u 's/^/[$*] /'
 
 ## Tools ---------------------------------------------------------------------
 
@@ -81,19 +98,19 @@ spark-envs: tools $(VENV_35)/.pyspark-$(PYSPARK_35)
 	@command -v mpicc >/dev/null || { apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev; }
 	@mkdir -p .tools && touch $@
 
-$(VENV)/.matplotlib:
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q matplotlib
+$(VENV)/.matplotlib: | $(PYTHON)
+	$(PIP) install -q matplotlib
 	touch $@
 
-$(VENV)/.torch:
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q torch
+$(VENV)/.torch: | $(PYTHON)
+	$(PIP) install -q torch
 	touch $@
 
-$(VENV)/.pyspark-$(PYSPARK_VERSION):
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q pyspark==$(PYSPARK_VERSION)
+$(PYTHON):
+	python3 -m venv $(VENV)
+
+$(VENV)/.pyspark-$(PYSPARK_VERSION): | $(PYTHON)
+	$(PIP) install -q pyspark==$(PYSPARK_VERSION)
 	touch $@
 
 # Spark 3.5's pyspark, in an environment whose other packages (horovod_rs, torch, tensorflow,
@@ -101,7 +118,7 @@ $(VENV)/.pyspark-$(PYSPARK_VERSION):
 # environment's site-packages to sys.path, after this one's own (so pyspark and py4j are 3.5's).
 $(VENV_35)/.pyspark-$(PYSPARK_35): | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 	test -x $(VENV_35)/bin/python || python3 -m venv $(VENV_35)
-	$(VENV_35)/bin/pip install -q pyspark==$(PYSPARK_35)
+	$(PIP_35) install -q pyspark==$(PYSPARK_35)
 	echo "import site; site.addsitedir('$(abspath $(VENV))/lib/python3.11/site-packages')" \
 	  > $(VENV_35)/lib/python3.11/site-packages/project-environment.pth
 	touch $@
@@ -140,6 +157,11 @@ cargo-test:
 	cargo test -p horovod-core --features cuda --lib nccl
 	cargo test -p horovod-core --features cuda --test engine_processes gpu
 
+# The test binaries of cargo-test, built (make test builds before it tests).
+cargo-test-build:
+	cargo test --workspace --no-run
+	cargo test -p horovod-core --features cuda --no-run --lib --test engine_processes
+
 # Gradle stays quiet; the summary lists every test and ends with a pass/fail count.
 # The unit tests run on every line (Spark's jars from Maven Central).
 java-test: $(addprefix java-test-,$(LINES))
@@ -173,7 +195,16 @@ pyspark-test: $(addprefix pyspark-test-,$(TESTED_LINES))
 $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(VENV)/.pytest $(VENV)/.horovod_rs \
                                                          $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
-	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(call pyspark_tests,$*)
+	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=build/$*/pytest \
+	  -m "not slow" $(call pyspark_tests,$*)
+
+# The example scripts left out of make test for its time (tests marked `slow`: each script is a
+# Spark application of its own, a minute or more): Lightning's MNIST example and the Horovod-style
+# Keras MNIST script, on the newest line.
+pyspark-slow-test: spark-envs jar-$(LINE) $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow \
+                   $(VENV)/.estimator-extras
+	HOROVOD_RS_JAR=$(abspath $(JAR)) TF_CPP_MIN_LOG_LEVEL=3 $(PYTHON) -m pytest -q -p no:cacheprovider \
+	  --basetemp=build/$(LINE)/pytest-slow -m slow integration-tests/python
 
 # The same tests from a Spark Connect client: the suite starts one Connect server (the driver of
 # the same local-cluster, with the jar) and talks to it as Spark 4 clients, Databricks standard
@@ -184,7 +215,8 @@ $(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spar
     $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras $(VENV)/.connect
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 HOROVOD_RS_TEST_CONNECT=1 \
 	  $(if $(filter $(LINE_35),$*),HOROVOD_RS_CONNECT_SERVER_VERSION=$(CONNECT_SERVER_35)) \
-	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(call pyspark_connect_tests,$*)
+	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=build/$*/pytest-connect \
+	  $(call pyspark_connect_tests,$*)
 
 # Every PySpark test runs on the newest line; on Spark 3.5 (CI's time is short) what depends on
 # the Spark version: the Run API, the native estimator's wrapper, the jars, and each Python
@@ -198,29 +230,46 @@ pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/pyt
 # Spark 3.5's Connect server: the newest spark-connect_2.12 Maven Central serves here (the line's
 # patch releases speak the same protocol).
 CONNECT_SERVER_35 := 3.5.7
-# From a Connect client: everything on the newest line; on 3.5 the Run API, cancelling, the JVM
-# estimator's clear refusal, and a Python estimator's fit, transform, persistence and errors
-# (Spark 3.5's Connect client has no JVM ML stages, which the other tests use to build vectors).
-PYSPARK_CONNECT_TESTS_35 := test_run.py test_cancel.py test_estimator.py \
+# From a Connect client, what depends on the driver path (classic runs cover the rest, which the
+# ranks do the same way under both): on the newest line the Run API, cancelling, the JVM estimator
+# over Spark ML on Connect, and each Python estimator family's fit, transform, persistence,
+# Pipeline/CrossValidator, prepared data and errors; on 3.5 the Run API's results and errors,
+# cancelling, the JVM estimator's clear refusal, and a Python estimator's fit, transform,
+# persistence and errors (Spark 3.5's Connect client has no JVM ML stages, which the other tests
+# use to build vectors).
+PYSPARK_CONNECT_TESTS := test_run.py test_cancel.py test_estimator.py \
+                    test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
+                    test_keras_estimator.py::test_save_load_and_pipeline \
+                    test_keras_estimator.py::test_bad_columns_and_models_are_named_before_any_job \
+                    test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank \
+                    test_keras_estimator.py::test_prepared_parquet_data_and_a_custom_backend \
+                    test_torch_estimator.py::test_fits_learns_and_transforms \
+                    test_torch_estimator.py::test_estimator_saves_and_loads \
+                    test_torch_estimator.py::test_cross_validation_picks_among_fits \
+                    test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training \
+                    test_lightning_estimator.py::test_fits_with_legacy_hooks_transforms_and_loads
+PYSPARK_CONNECT_TESTS_35 := test_run.py::test_results_come_back_in_rank_order \
+                    test_run.py::test_a_failing_fn_fails_the_job_with_its_traceback \
+                    test_run.py::test_more_processes_than_slots_fail_within_the_start_timeout \
+                    test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_estimators_save_and_load \
                     test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank
-pyspark_connect_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/python/,$(PYSPARK_CONNECT_TESTS_35)),integration-tests/python)
+pyspark_connect_tests = $(addprefix integration-tests/python/,$(if $(filter $(LINE_35),$(1)),$(PYSPARK_CONNECT_TESTS_35),$(PYSPARK_CONNECT_TESTS)))
 
 # Spark Connect's Python client (pyspark's `connect` extra), at the versions tested.
 $(VENV)/.connect: | $(VENV)/.pyspark-$(PYSPARK_VERSION)
-	$(VENV)/bin/pip install -q grpcio==1.85.3 grpcio-status==1.85.3 googleapis-common-protos==1.76.0 zstandard==0.25.0
+	$(PIP) install -q grpcio==1.85.3 grpcio-status==1.85.3 googleapis-common-protos==1.76.0 zstandard==0.25.0
 	touch $@
 
 # The Lightning estimator's tests need Lightning (the `lightning` extra of python/pyproject.toml).
 $(VENV)/.estimator-extras: | $(VENV)/.torch
-	$(VENV)/bin/pip install -q pytorch-lightning
+	$(PIP) install -q pytorch-lightning
 	touch $@
 
 # pyarrow, pandas and fsspec: what the Python estimators need besides pyspark (the `spark` extra).
-$(VENV)/.pytest:
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q pytest numpy pyarrow pandas fsspec
+$(VENV)/.pytest: | $(PYTHON)
+	$(PIP) install -q pytest numpy pyarrow pandas fsspec
 	touch $@
 
 # horovod_rs (python/): the PyO3 binding built by maturin, installed into the
@@ -228,8 +277,8 @@ $(VENV)/.pytest:
 PY_SOURCES := $(shell find python native/python/src native/core/src -name '*.py' -o -name '*.rs' 2>/dev/null) \
               python/pyproject.toml native/python/Cargo.toml
 $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
-	$(VENV)/bin/pip install -q maturin cloudpickle
-	$(VENV)/bin/pip install -q ./python
+	$(PIP) install -q maturin cloudpickle
+	$(PIP) install -q ./python
 	touch $@
 
 # Horovod's PyTorch API under the launcher with 2 and 3 processes, the launcher
@@ -250,9 +299,8 @@ python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pyt
 
 # tensorboard: the estimators write TensorBoard logs to the store when it is installed.
 # tf_keras: Keras 2, which most Horovod scripts were written for.
-$(VENV)/.tensorflow:
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q tensorflow-cpu tensorboard tf_keras
+$(VENV)/.tensorflow: | $(PYTHON)
+	$(PIP) install -q tensorflow-cpu tensorboard tf_keras
 	touch $@
 
 ## Distribution --------------------------------------------------------------
@@ -279,9 +327,8 @@ DIST_PLATFORMS  := $(subst $(empty) $(empty),$(comma),$(addprefix linux-,$(DIST_
 
 dist: dist-jars dist-wheels dist-check
 
-$(VENV)/.dist-tools:
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q ziglang==0.14.1 cargo-zigbuild==0.24.0 maturin
+$(VENV)/.dist-tools: | $(PYTHON)
+	$(PIP) install -q ziglang==0.14.1 cargo-zigbuild==0.24.0 maturin
 	touch $@
 
 $(DIST_RUSTC):
@@ -367,9 +414,8 @@ flyte-test: $(VENV)/.horovod_rs $(VENV)/.tensorflow $(VENV)/.pytest $(VENV)/.fly
 	@grep "rossmann flyte:" build/flyte/flyte.log
 
 # Flyte's SDK and its Spark plugin (their dependencies agree with the project's environment).
-$(VENV)/.flyte:
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q flytekit==1.16.31 flytekitplugins-spark==1.16.31
+$(VENV)/.flyte: | $(PYTHON)
+	$(PIP) install -q flytekit==1.16.31 flytekitplugins-spark==1.16.31
 	touch $@
 
 ## Faults ----------------------------------------------------------------------
@@ -386,9 +432,13 @@ FAULT_DEPS := $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.tensorflow
 faults: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
 
-# Two trials of each kind, in make test.
+# In make test: two trials of each kind of the engine's faults, one of a Spark driver killed and
+# of an executor killed mid-checkpoint (a Spark trial starts a cluster: a minute or more each; an
+# executor killed under the Run API is integration-tests/python/test_recovery.py's).
+FAULT_KINDS_ENGINE := kill,stop,never-submits,mismatch,stranger-silent,stranger-garbage,stranger-huge-length,stranger-wrong-secret
 faults-quick: $(FAULT_DEPS)
-	$(PYTHON) scripts/faults.py --trials 2 --check
+	$(PYTHON) scripts/faults.py --trials 2 --kinds $(FAULT_KINDS_ENGINE) --check
+	$(PYTHON) scripts/faults.py --trials 1 --kinds spark-driver-killed,spark-executor-killed-mid-checkpoint --check
 
 ## Benchmarks ----------------------------------------------------------------
 

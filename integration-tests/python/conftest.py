@@ -25,6 +25,8 @@ CONNECT = os.environ.get("HOROVOD_RS_TEST_CONNECT") == "1"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "classic_only: needs a classic SparkSession (skipped under Connect)")
+    config.addinivalue_line("markers", "slow: an example script run as its own Spark application (make pyspark-slow-test, "
+                                       "not make test)")
 
 
 def pytest_collection_modifyitems(config, items):

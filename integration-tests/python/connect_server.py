@@ -20,6 +20,8 @@ import pyspark
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT_S = 300
+# Where --packages keeps what it downloads: the build directory, so a server is fetched once.
+IVY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "build", "ivy")
 
 
 def free_port():
@@ -49,7 +51,7 @@ class ConnectServer:
         home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
         command = [os.path.join(home, "bin", "spark-submit"), "--class", SERVER_CLASS, "--master", master,
                    "--conf", "spark.connect.grpc.binding.port=%d" % self.port,
-                   "--conf", "spark.jars.ivy=%s" % os.path.join(str(work_dir), "ivy")]
+                   "--conf", "spark.jars.ivy=%s" % IVY_DIR]
         package = _connect_package()
         if package:
             command += ["--packages", package]

@@ -176,6 +176,7 @@ def test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank(spark, store)
         estimator(store, callbacks=[FailsOnRankOne()]).fit(linear_rows(spark))
 
 
+@pytest.mark.slow
 @pytest.mark.classic_only  # the script starts its own classic session
 def test_horovod_style_keras_mnist_script(tmp_path):
     write_mnist_libsvm(str(tmp_path / "mnist.bz2"), rows=3000)
