@@ -74,8 +74,8 @@ demo-run-api: tools jar-release
 LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
                  $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
-TESTS := cargo-test java-test integration-test scala-example pyspark-test pyspark-connect-test python-test flyte-test \
-         faults-quick
+TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test python-test \
+         flyte-test faults-quick
 test:
 	$(MAKE) --no-print-directory -j2 lane-installs lane-builds
 	$(MAKE) --no-print-directory $(TESTS)
@@ -181,6 +181,7 @@ $(addprefix integration-test-,$(TESTED_LINES)): integration-test-%: spark-envs n
 # transforms; the script exits non-zero when the model misses its threshold.
 # (Spark 4's shell only runs `-i` scripts interactively, so the script is piped;
 # the grep fails the target if the script did not get as far as its result line.)
+# make test runs the newest line's (3.5's jar is fitted from Scala by its integration tests).
 scala-example: $(addprefix scala-example-,$(TESTED_LINES))
 $(addprefix scala-example-,$(TESTED_LINES)): scala-example-%: spark-envs jar-%
 	$(call line_spark_env,$*) $(call line_venv,$*)/bin/spark-shell $(call spark_args,$(call line_jar,$*)) \
@@ -231,13 +232,19 @@ pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/pyt
 # patch releases speak the same protocol).
 CONNECT_SERVER_35 := 3.5.7
 # From a Connect client, what depends on the driver path (classic runs cover the rest, which the
-# ranks do the same way under both): on the newest line the Run API, cancelling, the JVM estimator
-# over Spark ML on Connect, and each Python estimator family's fit, transform, persistence,
-# Pipeline/CrossValidator, prepared data and errors; on 3.5 the Run API's results and errors,
-# cancelling, the JVM estimator's clear refusal, and a Python estimator's fit, transform,
-# persistence and errors (Spark 3.5's Connect client has no JVM ML stages, which the other tests
-# use to build vectors).
-PYSPARK_CONNECT_TESTS := test_run.py test_cancel.py test_estimator.py \
+# ranks do the same way under both, as in the Run API's stress test): on the newest line the Run
+# API, cancelling, the JVM estimator over Spark ML on Connect, and each Python estimator family's
+# fit, transform, persistence, Pipeline/CrossValidator, prepared data and errors; on 3.5 the Run
+# API's results and errors, cancelling, the JVM estimator's clear refusal, and a Python
+# estimator's fit, transform, persistence and errors (Spark 3.5's Connect client has no JVM ML
+# stages, which the other tests use to build vectors).
+PYSPARK_CONNECT_RUN_TESTS := $(addprefix test_run.py::,test_results_come_back_in_rank_order \
+                    test_a_failing_fn_fails_the_job_with_its_traceback \
+                    test_more_processes_than_slots_fail_within_the_start_timeout \
+                    test_the_drivers_horovod_variables_reach_the_ranks_and_env_overrides_them \
+                    test_init_after_a_peer_returned_keeps_the_jobs_world \
+                    test_init_after_a_peer_failed_names_it_instead_of_starting_a_job_of_one)
+PYSPARK_CONNECT_TESTS := $(PYSPARK_CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_keras_estimator.py::test_bad_columns_and_models_are_named_before_any_job \
