@@ -197,15 +197,14 @@ $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(V
                                                          $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
 	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=build/$*/pytest \
-	  -m "not slow" $(call pyspark_tests,$*)
+	  -m "$(PYSPARK_MARKS)" $(call pyspark_tests,$*)
+PYSPARK_MARKS ?= not slow
 
 # The example scripts left out of make test for its time (tests marked `slow`: each script is a
 # Spark application of its own, a minute or more): Lightning's MNIST example and the Horovod-style
 # Keras MNIST script, on the newest line.
-pyspark-slow-test: spark-envs jar-$(LINE) $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow \
-                   $(VENV)/.estimator-extras
-	HOROVOD_RS_JAR=$(abspath $(JAR)) TF_CPP_MIN_LOG_LEVEL=3 $(PYTHON) -m pytest -q -p no:cacheprovider \
-	  --basetemp=build/$(LINE)/pytest-slow -m slow integration-tests/python
+pyspark-slow-test:
+	$(MAKE) --no-print-directory pyspark-test-$(LINE) PYSPARK_MARKS=slow
 
 # The same tests from a Spark Connect client: the suite starts one Connect server (the driver of
 # the same local-cluster, with the jar) and talks to it as Spark 4 clients, Databricks standard
@@ -238,13 +237,14 @@ CONNECT_SERVER_35 := 3.5.7
 # API's results and errors, cancelling, the JVM estimator's clear refusal, and a Python
 # estimator's fit, transform, persistence and errors (Spark 3.5's Connect client has no JVM ML
 # stages, which the other tests use to build vectors).
-PYSPARK_CONNECT_RUN_TESTS := $(addprefix test_run.py::,test_results_come_back_in_rank_order \
+CONNECT_RUN_TESTS_35 := $(addprefix test_run.py::,test_results_come_back_in_rank_order \
                     test_a_failing_fn_fails_the_job_with_its_traceback \
-                    test_more_processes_than_slots_fail_within_the_start_timeout \
+                    test_more_processes_than_slots_fail_within_the_start_timeout)
+CONNECT_RUN_TESTS := $(CONNECT_RUN_TESTS_35) $(addprefix test_run.py::, \
                     test_the_drivers_horovod_variables_reach_the_ranks_and_env_overrides_them \
                     test_init_after_a_peer_returned_keeps_the_jobs_world \
                     test_init_after_a_peer_failed_names_it_instead_of_starting_a_job_of_one)
-PYSPARK_CONNECT_TESTS := $(PYSPARK_CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
+PYSPARK_CONNECT_TESTS := $(CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_keras_estimator.py::test_bad_columns_and_models_are_named_before_any_job \
@@ -255,10 +255,7 @@ PYSPARK_CONNECT_TESTS := $(PYSPARK_CONNECT_RUN_TESTS) test_cancel.py test_estima
                     test_torch_estimator.py::test_cross_validation_picks_among_fits \
                     test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training \
                     test_lightning_estimator.py::test_fits_with_legacy_hooks_transforms_and_loads
-PYSPARK_CONNECT_TESTS_35 := test_run.py::test_results_come_back_in_rank_order \
-                    test_run.py::test_a_failing_fn_fails_the_job_with_its_traceback \
-                    test_run.py::test_more_processes_than_slots_fail_within_the_start_timeout \
-                    test_cancel.py test_estimator.py \
+PYSPARK_CONNECT_TESTS_35 := $(CONNECT_RUN_TESTS_35) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_estimators_save_and_load \
                     test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank
@@ -442,10 +439,8 @@ faults: $(FAULT_DEPS)
 # In make test: two trials of each kind of the engine's faults, one of a Spark driver killed and
 # of an executor killed mid-checkpoint (a Spark trial starts a cluster: a minute or more each; an
 # executor killed under the Run API is integration-tests/python/test_recovery.py's).
-FAULT_KINDS_ENGINE := kill,stop,never-submits,mismatch,stranger-silent,stranger-garbage,stranger-huge-length,stranger-wrong-secret
 faults-quick: $(FAULT_DEPS)
-	$(PYTHON) scripts/faults.py --trials 2 --kinds $(FAULT_KINDS_ENGINE) --check
-	$(PYTHON) scripts/faults.py --trials 1 --kinds spark-driver-killed,spark-executor-killed-mid-checkpoint --check
+	$(PYTHON) scripts/faults.py --trials 2 --spark-trials 1 --skip spark-executor-killed --check
 
 ## Benchmarks ----------------------------------------------------------------
 
@@ -484,7 +479,7 @@ bench-launch: tools jar-release
 # The PySpark Run API's launch from a classic session and from a Spark Connect client, beside a
 # plain two-task job of each; CSV session,impl,run,seconds (docs/launch.md).
 bench-launch-python: tools jar-release $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.connect
-	$(PYTHON) examples/bench/bench_run_api.py --master '$(MASTER)' --jar $(abspath $(JAR)) 2>/dev/null
+	$(PYTHON) examples/bench/bench_run_api.py --master '$(MASTER)' --jar $(abspath $(JAR))
 
 # Allreduce (f32 SUM, 4 B to 64 MiB, 2-4 ranks on this host): ours over shared
 # memory and over TCP, then the peers, as one CSV on stdout; then a table and

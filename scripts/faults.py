@@ -1,6 +1,7 @@
 """The fault suite: N trials of each kind of fault on 2-rank jobs under ``horovodrs``, one table.
 
-    python scripts/faults.py [--trials 20] [--timeout 5] [--kinds kill,stop,...] [--check]
+    python scripts/faults.py [--trials 20] [--spark-trials N] [--timeout 5] [--kinds kill,stop,...]
+                             [--skip kind,...] [--check]
 
 Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
   kill            rank 1 is killed with SIGKILL in the middle of its allreduces
@@ -316,24 +317,29 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--timeout", type=int, default=5, help="collective, stall and connect timeout (s)")
+    parser.add_argument("--spark-trials", type=int, help="trials of each spark-* kind (default: --trials); "
+                                                         "each starts a Spark cluster")
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--skip", default="", help="kinds to leave out of --kinds")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the goal (0 hangs, crashes, leaks) holds")
     args = parser.parse_args(argv)
-    kinds = args.kinds.split(",")
-    unknown = sorted(set(kinds) - set(KINDS))
+    skipped = [k for k in args.skip.split(",") if k]
+    unknown = sorted(set(args.kinds.split(",") + skipped) - set(KINDS))
+    kinds = [k for k in args.kinds.split(",") if k not in skipped]
     if unknown:
         parser.error("unknown kinds %s; the kinds are %s" % (unknown, ", ".join(KINDS)))
     print("kind,trials," + ",".join(c.replace(" ", "_") for c in COLUMNS), flush=True)
     bad = 0
     for kind in kinds:
         counts = dict.fromkeys(COLUMNS, 0)
-        for trial in range(args.trials):
+        trials = args.spark_trials if kind.startswith("spark-") and args.spark_trials is not None else args.trials
+        for trial in range(trials):
             outcome, detail = run_trial(kind, trial, args.timeout)
             counts[outcome] += 1
             if outcome not in ("finished", "clean error"):
                 bad += 1
                 print("# %s trial %d: %s: %s" % (kind, trial, outcome, detail), file=sys.stderr, flush=True)
-        print("%s,%d,%s" % (kind, args.trials, ",".join(str(counts[c]) for c in COLUMNS)), flush=True)
+        print("%s,%d,%s" % (kind, trials, ",".join(str(counts[c]) for c in COLUMNS)), flush=True)
     if sum(WRITER_KILLS.values()):
         print("# mid-checkpoint: the kill cut a checkpoint's write off in %d of %d trials (else it came as it ended)"
               % (WRITER_KILLS[True], sum(WRITER_KILLS.values())), flush=True)

@@ -62,7 +62,10 @@ def main():
 
     from connect_server import ConnectServer
 
-    conf = {"spark.jars": args.jar, "spark.plugins": "horovod.rs.spark.HorovodPlugin", "spark.ui.enabled": "false"}
+    # Spark's own logging stays out of the CSV's way (stderr), as in the other benchmarks.
+    conf = {"spark.jars": args.jar, "spark.plugins": "horovod.rs.spark.HorovodPlugin", "spark.ui.enabled": "false",
+            "spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=" + os.path.join(ROOT, "examples",
+                                                                                           "log4j2.properties")}
     print("session,impl,run,seconds")
     builder = SparkSession.builder.master(args.master)
     for key, value in conf.items():
