@@ -76,9 +76,12 @@ LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPA
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
 TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test python-test \
          flyte-test faults-quick
+# Each suite's time is printed after it (`make test: <suite> <seconds> s`), to see where CI's goes.
 test:
-	$(MAKE) --no-print-directory -j2 lane-installs lane-builds
-	$(MAKE) --no-print-directory $(TESTS)
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j2 lane-installs lane-builds && \
+	  echo "make test: installs and builds $$((SECONDS - start)) s"
+	@for suite in $(TESTS); do start=$$SECONDS; $(MAKE) --no-print-directory $$suite || exit 1; \
+	  echo "make test: $$suite $$((SECONDS - start)) s"; done
 
 lane-installs lane-builds: lane-%:
 	set -o pipefail; $(MAKE) --no-print-directory -j1 $(LANE_$*) 2>&1 | sed -u 's/^/[$*] /'

@@ -14,7 +14,9 @@ import java.util.Locale;
  * <p>The library travels inside the jar under {@code native/<os>-<arch>/}, one folder per platform
  * the jar was built for, which {@code native/platforms.txt} lists. It is copied to
  * a fresh temporary file and loaded from there: a JVM refuses to load one file from two class
- * loaders, and Spark may load the jar in more than one. The system property
+ * loaders, and Spark may load the jar in more than one. Once loaded, the copy is deleted (except on
+ * Windows, which locks a loaded file): an executor killed without running its shutdown hooks would
+ * otherwise leave one copy per JVM in the temporary directory. The system property
  * {@value #LIBRARY_PROPERTY} points at a library built elsewhere (a developer's cargo build).
  */
 public final class NativeLibrary {
@@ -32,13 +34,18 @@ public final class NativeLibrary {
             return;
         }
         String override = System.getProperty(LIBRARY_PROPERTY);
-        String path = override != null ? override : extractFromJar().toString();
+        Path extracted = override == null ? extractFromJar() : null;
+        String path = override != null ? override : extracted.toString();
         try {
             System.load(path);
         } catch (UnsatisfiedLinkError e) {
             throw new HorovodException("cannot load the horovod-rs native library from " + path + " ("
                     + e.getMessage() + ") on " + platformFolder(osName(), osArch()) + "; the jar's libraries need "
                     + "glibc 2.17 or newer on Linux", e);
+        } finally {
+            if (extracted != null && !osName().toLowerCase(Locale.ROOT).startsWith("windows")) {
+                extracted.toFile().delete();
+            }
         }
         loaded = true;
     }
