@@ -12,6 +12,7 @@ import numpy as np
 
 from horovod_rs.common import basics
 from horovod_rs.common import process_sets
+from horovod_rs.common.exceptions import HorovodInternalError
 
 _DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")}
 _MOVES_DATA = ("broadcast", "allgather", "alltoall")
@@ -45,7 +46,14 @@ class Submitted:
         return self.work.done()
 
     def wait(self):
-        data, shape = self.work.wait(basics.wait_timeout())
+        """The result; a collective the engine failed raises ``HorovodInternalError`` (what
+        ``hvd.elastic.run`` recovers from), as Horovod's object collectives do."""
+        try:
+            data, shape = self.work.wait(basics.wait_timeout())
+        except HorovodInternalError:
+            raise
+        except RuntimeError as e:
+            raise HorovodInternalError(str(e)) from e
         if self.shape is not None:
             shape = self.shape
         elif self.as_bytes:

@@ -1,7 +1,8 @@
 """init() and the job's shape.
 
 Which job ``init()`` joins, in order: the job of the Spark task this process runs (a task of
-``horovod_rs.spark.run`` or of an estimator joins it when it starts, ``join_task``); else the job
+``horovod_rs.spark.run`` or of an estimator joins it when it starts, ``join_task``; a task of
+``run_elastic`` joins the world its coordinator gives it, ``join_elastic_task``); else the job
 the launcher (``horovodrs``) describes in the environment; else a job of one process, as in
 Horovod. Inside a Spark task ``init()`` never starts another job: when the task's job has
 stopped because a rank failed, it fails naming that rank; when ranks only finished, the world
@@ -24,7 +25,8 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
 
 _lock = threading.Lock()
 _state = None
-# The RankSpec of the Spark task this process runs, while it runs (``join_task``).
+# The RankSpec of the Spark task this process runs, while it runs (``join_task``), or its elastic
+# job's member (``join_elastic_task``).
 _task_job = None
 
 
@@ -103,6 +105,23 @@ def join_task(spec, join=None):
         logs.start()
 
 
+def join_elastic_task(member):
+    """Joins the first world of the elastic job whose task this process runs (``member``: the
+    task's ``horovod_rs.spark.common.elastic_job.Member``); until ``leave_task``, ``init()`` after
+    a shutdown joins the job's next world, which may have other ranks and another size."""
+    global _state, _task_job
+    with _lock:
+        _state, _task_job = None, member
+        _state = _State(*member.next_world())
+        logs.start()
+
+
+def elastic_member():
+    """The elastic job's member this process's task is, or None outside an elastic job."""
+    job = _task_job
+    return job if job is not None and not isinstance(job, RankSpec) else None
+
+
 def leave_task(error=None):
     """Leaves the task's job: the other ranks learn that this one returned, or failed with
     ``error``; this process is no longer bound to the job."""
@@ -126,6 +145,13 @@ def _init(spec):
     global _state
     with _lock:
         if _state is not None and _state.rank.stopped() is None:
+            return
+        if _task_job is not None and not isinstance(_task_job, RankSpec):
+            # An elastic job: the world stays until a shutdown (``hvd.elastic.run``'s reset after a
+            # failed collective), as peers that only returned stop the engine too; then the next.
+            if _state is None:
+                _state = _State(*_task_job.next_world())
+            logs.start()
             return
         if _task_job is not None:
             _check_task_job()

@@ -1,11 +1,16 @@
 """Horovod's elastic state (``horovod.common.elastic``): training state kept in memory, committed
-and restored, and ``run_fn``, which runs a training function again after a collective failed.
+and restored, and ``run_fn``, which runs a training function again after a collective failed or
+the hosts changed.
 
-horovod-rs has no elastic driver: the ranks never change. What carries over is the recovery of
-a job whose ranks all survive a failed collective (a timeout, a disagreement): the state rolls
-back to its last commit, every rank joins the job anew (``init()`` after the engine stopped), the
-state is synced from rank 0, and the function runs again (a bounded number of times:
-``reset_limit``). Host updates never arrive, so ``check_host_updates`` never raises.
+In an elastic job (``horovod_rs.spark.run_elastic``) the world changes: when a rank is lost, the
+others' collectives fail, their state rolls back to its last commit, ``init()`` joins the next
+world (fewer ranks), the state is synced from its rank 0 and the function runs again; when new
+ranks wait to join, ``commit()`` raises ``HostsUpdatedInterrupt`` on every rank at once and they
+join a larger world. The job's driver bounds the resets (``reset_limit``).
+
+Elsewhere the ranks never change; what carries over is the recovery of a job whose ranks all
+survive a failed collective (a timeout, a disagreement): every rank joins the job anew, at most
+``HOROVOD_RS_ELASTIC_RESET_LIMIT`` times. There, host updates never arrive.
 """
 
 import functools
@@ -33,12 +38,20 @@ class State:
             callback()
 
     def commit(self):
-        """Saves the state (and would check for host changes, which horovod-rs never has)."""
+        """Saves the state, then raises ``HostsUpdatedInterrupt`` if new ranks wait to join."""
         self.save()
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Horovod raises ``HostsUpdatedInterrupt`` here when hosts changed; they never do here."""
+        """In an elastic job, raises ``HostsUpdatedInterrupt`` when ranks wait to join the world:
+        rank 0's view is broadcast, so that every rank raises at the same commit."""
+        from horovod_rs.common import basics
+
+        member = basics.elastic_member()
+        if member is None:
+            return
+        if self._bcast_object(member.newcomers_wait()):
+            raise HostsUpdatedInterrupt(False)
 
     def save(self):
         raise NotImplementedError()
@@ -78,16 +91,18 @@ class ObjectState(State):
 
 
 def reset_limit():
-    """How many times ``run`` joins the job again before it lets a failure through:
-    ``HOROVOD_RS_ELASTIC_RESET_LIMIT`` (3). Without an elastic driver nothing changes between
-    attempts, so a failure that is not transient would otherwise repeat forever."""
+    """Outside an elastic job, how many times ``run`` joins the job again before it lets a failure
+    through: ``HOROVOD_RS_ELASTIC_RESET_LIMIT`` (3). Without an elastic driver nothing changes
+    between attempts, so a failure that is not transient would otherwise repeat forever."""
     return int(os.environ.get("HOROVOD_RS_ELASTIC_RESET_LIMIT", "3"))
 
 
 def run_fn(func, reset):
     """``func(state, ...)`` after syncing ``state``; when a collective fails
     (``HorovodInternalError``) the state is restored to its last commit, ``reset()`` joins the
-    job again, and it runs again, at most ``reset_limit()`` times."""
+    job (its next world, in an elastic job) again, and it runs again: outside an elastic job at
+    most ``reset_limit()`` times."""
+    from horovod_rs.common import basics
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -101,7 +116,7 @@ def run_fn(func, reset):
             except HorovodInternalError as e:
                 state.restore()
                 skip_sync = False
-                if resets >= reset_limit():
+                if basics.elastic_member() is None and resets >= reset_limit():
                     raise HorovodInternalError("a collective failed again after %d resets "
                                                "(HOROVOD_RS_ELASTIC_RESET_LIMIT): %s" % (resets, e)) from e
             except HostsUpdatedInterrupt as e:

@@ -6,8 +6,9 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's elastic mode's signal that the hosts changed; horovod_rs has no elastic mode, so it
-    is never raised, only importable."""
+    """An elastic job's signal that ranks wait to join (``State.commit()`` raises it on every rank):
+    ``hvd.elastic.run`` joins the larger world. ``skip_sync``: whether the state need not be
+    synced afterwards."""
 
     def __init__(self, skip_sync):
         super().__init__(skip_sync)

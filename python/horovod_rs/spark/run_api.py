@@ -48,6 +48,52 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
     return run_attempts(max_attempts, attempt, on_retry, "max_attempts")
 
 
+def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_proc=None, start_timeout=None,
+                elastic_timeout=None, reset_limit=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
+                prefix_output_with_timestamp=False, min_np=None, max_np=None):
+    """Runs ``fn(*args, **kwargs)`` as an elastic job: ranks lost with their executor leave the
+    world and the others go on from their last commit (``fn`` uses ``hvd.elastic.run`` and a
+    state), new ranks join when Spark gives slots back. Returns the results of the last world's
+    ranks in rank order.
+
+    As Horovod's: ``num_proc`` ranks start together (default: the default parallelism), within
+    ``start_timeout`` (``HOROVOD_SPARK_START_TIMEOUT``, else 600 s; after it ``min_num_proc``
+    suffice); the job goes on with at least ``min_num_proc`` ranks (default ``num_proc``) and
+    grows to at most ``max_num_proc`` (default ``num_proc``); after losing ranks it waits up to
+    ``elastic_timeout`` (``HOROVOD_ELASTIC_TIMEOUT``, else 600 s) for ``min_num_proc``;
+    ``reset_limit`` (default: none) bounds the new worlds after the first. ``min_np``/``max_np``
+    are Horovod's older names. A rank's own exception fails the job with its traceback. Lines the
+    ranks print are prefixed with their task's slot, which keeps its number when ranks change.
+
+    Needs a classic session: the job's coordinator listens on the driver, which a Spark Connect
+    client may not be (``run`` with ``max_attempts`` works from both)."""
+    import os
+
+    from horovod_rs.spark.common import elastic_job
+
+    spark = session.active_session()
+    if session.is_connect(spark):
+        raise NotImplementedError(
+            "horovod_rs.spark.run_elastic needs a classic Spark session (its coordinator listens on the Spark driver, "
+            "which a Spark Connect client may be out of the executors' reach of); from Spark Connect, "
+            "horovod_rs.spark.run(..., max_attempts=N) runs the job again from fn's own checkpoint")
+    num_proc = num_proc or session.default_parallelism(spark)
+    min_num_proc = min_num_proc if min_num_proc is not None else min_np if min_np is not None else num_proc
+    max_num_proc = max_num_proc if max_num_proc is not None else max_np if max_np is not None else num_proc
+    if not 1 <= min_num_proc <= num_proc <= max_num_proc:
+        raise ValueError("run_elastic needs 1 <= min_num_proc <= num_proc <= max_num_proc; got min_num_proc=%r, "
+                         "num_proc=%r, max_num_proc=%r" % (min_num_proc, num_proc, max_num_proc))
+    if elastic_timeout is None:
+        elastic_timeout = float(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
+    results, worlds = elastic_job.run_job(
+        spark, _dumps((fn, args, kwargs or {})), num_proc, min_num_proc, max_num_proc, start_timeout, elastic_timeout,
+        reset_limit, {str(k): str(v) for k, v in (env or {}).items()},
+        dict(stdout=stdout, stderr=stderr, prefix_output_with_timestamp=prefix_output_with_timestamp))
+    if verbose >= 1 and len(worlds) > 1:
+        print("horovod_rs.spark.run_elastic: the world's sizes, in turn: %s" % " -> ".join(map(str, worlds)), flush=True)
+    return results
+
+
 def _dumps(value):
     import cloudpickle
 

@@ -338,7 +338,6 @@ class RankContext:
         output)``, ``output`` being what the rank printed when it could not send it live."""
         from pyspark import BarrierTaskContext
 
-        from horovod_rs import _native
         from horovod_rs.spark.common.output import forward_output
 
         rank = BarrierTaskContext.get().partitionId()
@@ -349,9 +348,7 @@ class RankContext:
                     result = cloudpickle.dumps(fn(rank, *args, **kwargs))
             return rank, True, result, output.undelivered()
         except BaseException as e:
-            text = traceback.format_exc()
-            failure = {"traceback": text, "consequence": _native.follows_peer("%s: %s" % (type(e).__name__, e))}
-            return rank, False, cloudpickle.dumps(failure), output.undelivered()
+            return rank, False, failure_payload(e), output.undelivered()
 
     @contextmanager
     def session(self):
@@ -366,7 +363,7 @@ class RankContext:
         rank = ctx.partitionId()
         host = ctx.getTaskInfos()[rank].address.rsplit(":", 1)[0]
         error = None
-        with _environment(self.env):
+        with environment(self.env):
             try:
                 spec = basics.RankSpec(rank, self.size, self.rendezvous, self.secret, host=host, fields=self.spec)
                 basics.join_task(spec, None if self.rendezvous else lambda: _join_with_all_gather(ctx, spec))
@@ -376,6 +373,15 @@ class RankContext:
                 raise
             finally:
                 basics.leave_task(error)
+
+
+def failure_payload(error):
+    """A rank's failure as its outcome carries it: the traceback being handled, and whether the
+    failure only follows a peer's (a collective failed because another rank left or failed)."""
+    from horovod_rs import _native
+
+    consequence = _native.follows_peer("%s: %s" % (type(error).__name__, error))
+    return cloudpickle.dumps({"traceback": traceback.format_exc(), "consequence": consequence})
 
 
 def _join_with_all_gather(ctx, spec):
@@ -396,7 +402,7 @@ def _join_with_all_gather(ctx, spec):
 
 
 @contextmanager
-def _environment(env):
+def environment(env):
     """``env`` set in this process's environment within the block, then restored."""
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)

@@ -1,0 +1,119 @@
+"""horovod_rs.spark.run_elastic on a real cluster: a rank's executor killed (SIGKILL of its JVM)
+mid-run, the survivors going on from their last commit, the world growing back when Spark
+restarts the executor; and the errors of a job that cannot go on."""
+
+import os
+import signal
+import sys
+
+import cloudpickle
+import pytest
+
+import horovod_rs.spark
+
+# The training functions below run on the executors, which cannot import this module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def executor_of(pid):
+    """The executor JVM among ``pid``'s ancestors (a rank runs in the executor's Python worker)."""
+    while pid > 1:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    return pid
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return None
+    return None
+
+
+def counting(steps, kill_at, marker, until_regrown=False, fail_at=None):
+    """A training function after Horovod's elastic examples: each step allreduces a 1 from every
+    rank (the world's size), appends it to the state and commits. At step ``kill_at`` the last
+    rank kills its own executor once (``marker`` records it). ``until_regrown``: go on past
+    ``steps`` until the world grew back after the loss (bounded). ``fail_at``: rank 0 raises."""
+
+    def fn():
+        import time
+
+        import torch
+
+        import horovod_rs.torch as hvd
+
+        hvd.init()
+        state = hvd.elastic.ObjectState(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, step=0, sizes=[])
+
+        @hvd.elastic.run
+        def train(state):
+            while state.step < steps or (until_regrown and not regrown(state.sizes) and state.step < 50 * steps):
+                size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
+                if state.step == fail_at and hvd.rank() == 0:
+                    raise ValueError("rank 0 gives up at step %d" % state.step)
+                if state.step == kill_at and hvd.rank() == hvd.size() - 1 and not os.path.exists(marker):
+                    with open(marker, "w") as f:
+                        f.write(str(hvd.rank()))
+                    os.kill(executor_of(os.getpid()), signal.SIGKILL)
+                    time.sleep(60)  # this worker dies with its executor
+                state.sizes.append(size)
+                state.step += 1
+                state.commit()
+                time.sleep(0.05)
+            return state.step, state.sizes
+
+        return train(state)
+
+    return fn
+
+
+def regrown(sizes):
+    return min(sizes, default=0) < max(sizes, default=0) and sizes[-1] == max(sizes)
+
+
+def test_a_killed_executor_shrinks_the_world_and_spark_restarting_it_grows_it_back(spark, tmp_path, capsys):
+    marker = str(tmp_path / "killed")
+    results = horovod_rs.spark.run_elastic(counting(20, 5, marker, until_regrown=True), num_proc=3, min_num_proc=2)
+    assert os.path.exists(marker)
+    steps, sizes = results[0]
+    # No committed step lost or repeated: one size per step, every rank ends with the same state.
+    assert len(sizes) == steps and steps >= 20
+    assert all(result == results[0] for result in results)
+    # 3 ranks, then 2 from the step the executor was lost, then 3 again when Spark restarted it.
+    assert sizes[:5] == [3] * 5
+    assert 2 in sizes and sizes[-1] == 3 and len(results) == 3
+    shrunk_at = sizes.index(2)
+    assert all(size == 2 for size in sizes[shrunk_at:sizes.index(3, shrunk_at)])
+    assert "run_elastic: the world's sizes, in turn: 3 -> 2 -> 3" in capsys.readouterr().out
+
+
+def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark):
+    def fn():
+        import horovod_rs.torch as hvd
+
+        hvd.init()
+        return hvd.rank(), hvd.size()
+
+    assert horovod_rs.spark.run_elastic(fn, num_proc=3) == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_a_ranks_own_exception_ends_the_job_naming_it(spark, tmp_path):
+    with pytest.raises(Exception, match=r"(?s)rank 0 of 3 failed.*ValueError: rank 0 gives up at step 3"):
+        horovod_rs.spark.run_elastic(counting(10, -1, str(tmp_path / "none"), fail_at=3), num_proc=3)
+
+
+def test_fewer_ranks_than_min_num_proc_after_a_loss_fail_after_the_elastic_timeout(spark, tmp_path):
+    # min_num_proc=3 on a cluster of 3: after the kill only 2 remain until Spark restarts the
+    # executor, and elastic_timeout=0 does not wait for it.
+    with pytest.raises(Exception, match=r"2 ranks remain after losing .*fewer than min_num_proc=3.*elastic_timeout"):
+        horovod_rs.spark.run_elastic(counting(40, 3, str(tmp_path / "killed")), num_proc=3, elastic_timeout=0)
+
+
+def test_bad_sizes_are_named_before_any_job(spark):
+    with pytest.raises(ValueError, match="min_num_proc <= num_proc <= max_num_proc.*min_num_proc=4, num_proc=3"):
+        horovod_rs.spark.run_elastic(lambda: None, num_proc=3, min_num_proc=4)
+
+
+def test_fewer_slots_than_min_num_proc_fail_naming_them(spark):
+    with pytest.raises(Exception, match="the cluster has 3 task slots for 4 processes"):
+        horovod_rs.spark.run_elastic(lambda: None, num_proc=4, max_num_proc=4, min_num_proc=4, start_timeout=5)

@@ -1,0 +1,477 @@
+"""An elastic job (``horovod_rs.spark.run_elastic``): ranks that survive a lost executor go on
+with fewer ranks, and new ranks join when Spark gives slots back.
+
+A barrier stage cannot change its size, and Spark aborts every task of it when one fails, so an
+elastic job is an ordinary (non-barrier) stage of ``max_num_proc`` tasks, one per slot, and the
+world is decided by a coordinator on the driver, which outlives any rank:
+
+- a task connects to the coordinator and stays connected while it runs (a connection that
+  closes is a rank lost with its executor or Python worker);
+- to join a world, a task opens a rendezvous listener and sends its address; the coordinator
+  forms a world (a *generation*) once every running member of the last one asked for the next,
+  ranks in the order of the last world, newcomers after them, at most ``max_num_proc``, at least
+  ``min_num_proc`` (else it waits ``elastic_timeout`` for slots), and sends each member its rank
+  and everyone's address;
+- when a task Spark started later (an executor came back, a slot freed) waits to join, the
+  coordinator tells the running world's members, whose next ``state.commit()`` raises
+  ``HostsUpdatedInterrupt`` (on every rank at the same commit: rank 0's view is broadcast);
+- a member's result or failure travels back over its connection; the coordinator has the job's
+  results when every member of a world has returned, and the driver then cancels what is left of
+  the stage (tasks Spark is retrying on an executor that never comes back).
+
+The first world waits for ``num_proc`` tasks (gang start, up to ``start_timeout``; then
+``min_num_proc`` suffice). A rank's own exception ends the job, with its traceback, as in
+``run``; only lost ranks and failed collectives make a new world. ``reset_limit`` bounds how many
+new worlds a job forms after its first.
+"""
+
+import pickle
+import socket
+import struct
+import threading
+import time
+
+POLL_S = 0.2
+# How long a task tries to reach the coordinator.
+CONNECT_TIMEOUT_S = 30
+
+
+class ElasticJobError(RuntimeError):
+    """The elastic job cannot go on: too few ranks, ``reset_limit`` exceeded, or a rank failed."""
+
+
+class Retired(BaseException):
+    """The job ended while this task waited to join a world: the task has nothing left to do (a
+    ``BaseException``, so that a training loop's ``except Exception`` lets it through)."""
+
+
+def send_message(connection, message):
+    data = pickle.dumps(message)
+    connection.sendall(struct.pack(">I", len(data)) + data)
+
+
+def receive_message(connection):
+    """The next message, or None when the other end closed the connection."""
+    header = _receive_exactly(connection, 4)
+    if header is None:
+        return None
+    data = _receive_exactly(connection, struct.unpack(">I", header)[0])
+    return None if data is None else pickle.loads(data)
+
+
+def _receive_exactly(connection, size):
+    chunks = []
+    while size:
+        try:
+            chunk = connection.recv(min(size, 1 << 20))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+class _Worker:
+    """A task the coordinator knows: its connection, its slot, and where it stands."""
+
+    def __init__(self, number, connection, slot, attempt, host):
+        self.number, self.connection, self.slot, self.attempt, self.host = number, connection, slot, attempt, host
+        self.alive = True
+        self.entry = None  # the address it waits to join the next world at
+        self.join_error = None  # why its last rendezvous failed, if it did
+        self.outcome = None  # (ok, payload) once it returned
+        self.send_lock = threading.Lock()
+
+    def send(self, message):
+        with self.send_lock:
+            try:
+                send_message(self.connection, message)
+            except OSError:
+                pass  # the reader sees the connection close
+
+    def __repr__(self):
+        return "slot %d (attempt %d, %s)" % (self.slot, self.attempt, self.host)
+
+
+class Coordinator:
+    """The driver's side: listens for tasks and decides the worlds. ``wait()`` returns the last
+    world's ``(ok, payload)`` outcomes in rank order or raises ``ElasticJobError``."""
+
+    def __init__(self, token, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit):
+        self._token = token
+        self.num_proc, self.min_np, self.max_np = num_proc, min_np, max_np
+        self._start_timeout, self._elastic_timeout, self._reset_limit = start_timeout, elastic_timeout, reset_limit
+        self._lock = threading.Condition()
+        self._workers = []
+        self._members = []  # the current world, in rank order
+        self._generation = -1
+        self._grow_told = -1  # the generation whose members were told newcomers wait
+        self._need_since = time.time()  # since when a world is needed and none runs
+        self._result = self._error = None
+        self.worlds = []  # the size of every world formed, in order
+        self._listener = socket.create_server(("0.0.0.0", 0), backlog=128)
+        self._closed = False
+        threading.Thread(target=self._accept, name="horovod_rs-elastic-accept", daemon=True).start()
+        threading.Thread(target=self._tick, name="horovod_rs-elastic-timer", daemon=True).start()
+
+    @property
+    def port(self):
+        return self._listener.getsockname()[1]
+
+    def wait(self, stop=None):
+        """Blocks until the job has its results (returned) or cannot go on (raised).
+        ``stop()``, polled, returns an exception to end the wait with instead (Spark gave up)."""
+        with self._lock:
+            while self._result is None and self._error is None:
+                if stop is not None:
+                    error = stop()
+                    if error is not None:
+                        self._fail_locked(error)
+                        break
+                self._lock.wait(POLL_S)
+            if self._error is not None:
+                raise self._error
+            return self._result
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            if self._result is None and self._error is None:
+                self._error = ElasticJobError("the elastic job was closed")
+            workers = list(self._workers)
+        for worker in workers:
+            worker.send(("exit", None))
+        self._listener.close()
+
+    # The tasks' connections ------------------------------------------------------------------
+
+    def _accept(self):
+        number = 0
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            number += 1
+            threading.Thread(target=self._serve, args=(connection, number), daemon=True,
+                             name="horovod_rs-elastic-task").start()
+
+    def _serve(self, connection, number):
+        hello = receive_message(connection)
+        if not isinstance(hello, tuple) or len(hello) != 5 or hello[0] != "hello" or hello[1] != self._token:
+            connection.close()
+            return
+        _, _, slot, attempt, host = hello
+        worker = _Worker(number, connection, slot, attempt, host)
+        with self._lock:
+            if self._result is not None or self._error is not None:
+                worker.send(("exit", None))
+                connection.close()
+                return
+            self._workers.append(worker)
+        while True:
+            message = receive_message(connection)
+            with self._lock:
+                if message is None:
+                    worker.alive = False
+                    worker.entry = None
+                elif message[0] == "join":
+                    worker.entry, worker.join_error = message[1], message[2]
+                    worker.outcome = None
+                elif message[0] == "done":
+                    worker.outcome = message[1]
+                self._step_locked()
+                self._lock.notify_all()
+            if message is None:
+                connection.close()
+                return
+
+    def _tick(self):
+        while True:
+            time.sleep(POLL_S)
+            with self._lock:
+                if self._closed or self._result is not None or self._error is not None:
+                    return
+                self._step_locked()
+
+    # Deciding the worlds (under the lock) ---------------------------------------------------
+
+    def _running_members(self):
+        return [w for w in self._members if w.alive and w.entry is None and w.outcome is None]
+
+    def _step_locked(self):
+        if self._result is not None or self._error is not None:
+            return
+        failed = [w for w in self._members if w.outcome is not None and not w.outcome[0]]
+        if failed:
+            self._fail_locked(self._rank_failed(failed))
+            return
+        if self._members and all(w.outcome is not None for w in self._members):
+            self._result = [w.outcome for w in self._members]
+            self._exit_everyone_else_locked()
+            return
+        if self._running_members():
+            self._need_since = None
+            self._tell_about_newcomers_locked()
+            return
+        if self._need_since is None:
+            self._need_since = time.time()
+        self._form_world_locked([w for w in self._workers if w.alive and w.entry is not None])
+
+    def _rank_failed(self, failed):
+        """The job's error when members returned failing: a rank's own failure first; a rank that
+        only lost its peers (its ``fn`` did not recover: no ``hvd.elastic.run``) names them."""
+        import cloudpickle
+
+        failures = [(w, cloudpickle.loads(w.outcome[1])) for w in failed]
+        worker, failure = next(((w, f) for w, f in failures if not f["consequence"]), failures[0])
+        lost = [self._members.index(w) for w in self._members if not w.alive and w.outcome is None]
+        after = " after losing rank(s) %s (its fn does not recover: use hvd.elastic.run)" % lost \
+            if failure["consequence"] and lost else ""
+        return ElasticJobError("rank %d of %d failed%s:\n%s" % (self._members.index(worker), len(self._members),
+                                                                after, failure["traceback"]))
+
+    def _tell_about_newcomers_locked(self):
+        """Members of a running world learn (once per world) that a task waits to join."""
+        if self._grow_told == self._generation or len(self._members) >= self.max_np:
+            return
+        if any(w.alive and w.entry is not None and w not in self._members for w in self._workers):
+            self._grow_told = self._generation
+            for member in self._running_members():
+                member.send(("grow", self._generation))
+
+    def _form_world_locked(self, waiting):
+        first = self._generation < 0
+        wanted = self.num_proc if first else self.min_np
+        waited = time.time() - self._need_since
+        timeout = self._start_timeout if first else self._elastic_timeout
+        if len(waiting) < wanted:
+            if first and waited >= timeout and len(waiting) >= self.min_np:
+                pass  # the gang start gave up waiting for num_proc; min_num_proc will do
+            elif waited >= timeout:
+                self._fail_locked(self._too_few(waiting, first, timeout))
+                return
+            else:
+                return
+        if not first and self._reset_limit is not None and self._generation >= self._reset_limit:
+            errors = sorted({w.join_error for w in waiting if w.join_error})
+            self._fail_locked(ElasticJobError(
+                "the elastic job needs a new world after %d resets, its reset_limit; the last world had %d ranks%s"
+                % (self._generation, len(self._members),
+                   "; its rendezvous failed: " + "; ".join(errors) if errors else "")))
+            return
+        previous = [w for w in self._members if w in waiting]
+        newcomers = [w for w in waiting if w not in previous]
+        members = (previous + newcomers)[:self.max_np]
+        entries = [w.entry for w in members]
+        self._generation += 1
+        self._members = members
+        self.worlds.append(len(members))
+        for rank, member in enumerate(members):
+            member.entry = None
+            member.send(("world", (self._generation, rank, len(members), entries)))
+
+    def _too_few(self, waiting, first, timeout):
+        seen = ", ".join(repr(w) for w in waiting) or "none"
+        if first:
+            return ElasticJobError(
+                "only %d of min_num_proc=%d tasks started within start_timeout (%.0f s); tasks seen: %s. Add "
+                "executors or cores, lower min_num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT"
+                % (len(waiting), self.min_np, timeout, seen))
+        lost = [repr(w) for w in self._members if not w.alive]
+        return ElasticJobError(
+            "%d ranks remain after losing %s, fewer than min_num_proc=%d, and no new task joined within "
+            "elastic_timeout (%.0f s); ranks waiting: %s. The last committed state was world %d's"
+            % (len(waiting), ", ".join(lost) or "none", self.min_np, timeout, seen, self._generation))
+
+    def _fail_locked(self, error):
+        if self._result is None and self._error is None:
+            self._error = error
+            self._exit_everyone_else_locked()
+            self._lock.notify_all()
+
+    def _exit_everyone_else_locked(self):
+        for worker in self._workers:
+            if worker.alive and worker.outcome is None:
+                worker.send(("exit", None))
+        self._lock.notify_all()
+
+
+class Member:
+    """A task's side: its connection to the coordinator, and the worlds it joins
+    (``next_world``, which ``hvd.init()`` calls inside the task)."""
+
+    def __init__(self, address, token, slot, attempt, secret, fields, env):
+        self.slot, self._secret, self._fields = slot, secret, fields
+        self.env = env
+        host, port = address.rsplit(":", 1)
+        self._connection = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
+        self._connection.settimeout(None)
+        # The address the driver reaches this task at is the one the other executors reach it at.
+        self.host = self._connection.getsockname()[0]
+        self._lock = threading.Condition()
+        self._inbox = []
+        self._grow_generation = -1
+        self._generation = -1
+        self._closed = False
+        send_message(self._connection, ("hello", token, slot, attempt, self.host))
+        threading.Thread(target=self._read, name="horovod_rs-elastic-member", daemon=True).start()
+
+    def _read(self):
+        while True:
+            message = receive_message(self._connection)
+            with self._lock:
+                if message is None:
+                    self._closed = True
+                elif message[0] == "grow":
+                    self._grow_generation = message[1]
+                else:
+                    self._inbox.append(message)
+                self._lock.notify_all()
+            if message is None:
+                return
+
+    def next_world(self):
+        """Joins the next world the coordinator forms; returns ``(native rank, spec)``. Raises
+        ``Retired`` when the job ended first. A rendezvous that fails (a member lost while
+        joining) asks for another world."""
+        from horovod_rs import _native
+        from horovod_rs.common import basics
+
+        error = None
+        while True:
+            joining = _native.Joining()
+            send_message(self._connection, ("join", "%s:%d" % (self.host, joining.port()), error))
+            kind, body = self._next_message()
+            if kind == "exit":
+                raise Retired()
+            self._generation, rank, size, entries = body
+            spec = basics.RankSpec(rank, size, list(entries), self._secret, host=self.host, fields=self._fields)
+            try:
+                return joining.join(spec.to_json(), self._secret), spec
+            except Exception as e:  # noqa: BLE001  (a member lost while joining: ask for another world)
+                error = "rank %d of %d: %s" % (rank, size, e)
+
+    def _next_message(self):
+        from horovod_rs.common.exceptions import HorovodInternalError
+
+        with self._lock:
+            while not self._inbox:
+                if self._closed:
+                    raise HorovodInternalError("the elastic job's coordinator on the driver closed the connection")
+                self._lock.wait()
+            return self._inbox.pop(0)
+
+    def newcomers_wait(self):
+        """Whether tasks wait to join while this member's world runs."""
+        with self._lock:
+            return self._grow_generation == self._generation
+
+    def finish(self, ok, payload):
+        """Reports this task's outcome to the coordinator."""
+        send_message(self._connection, ("done", (ok, payload)))
+
+    def close(self):
+        self._connection.close()
+
+
+def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit, env,
+            output_options):
+    """Runs the cloudpickled ``(fn, args, kwargs)`` as an elastic job on ``spark`` (a classic
+    session); returns the results of the last world's ranks in rank order and the size of every
+    world it formed."""
+    import secrets
+
+    import pyarrow as pa
+
+    from horovod_rs.spark.common import session
+    from horovod_rs.spark.common.job import HorovodRunError, JobSettings, await_slots
+    from horovod_rs.spark.common.output import OutputServer
+
+    settings = JobSettings(spark, env)
+    start_timeout = settings.start_timeout if start_timeout is None else start_timeout
+    await_slots(spark, min_np, start_timeout)
+    token, output_token, secret = secrets.token_hex(16), secrets.token_hex(16), secrets.token_bytes(32)
+    here = session.executors_reach_this_process_at(spark)
+    coordinator = Coordinator(token, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit)
+    output = OutputServer(output_token, **output_options)
+    task = _Task("%s:%d" % (here, coordinator.port), token, "%s:%d" % (here, output.port), output_token,
+                 secret, settings.spec, env, payload)
+
+    def slot_rows(batches):
+        yield pa.RecordBatch.from_pydict({"slot": [task.run()]}, schema=pa.schema([("slot", pa.int32())]))
+
+    tag = "horovod_rs.spark.run_elastic [%s]" % secrets.token_hex(6)
+    stage = spark.range(0, max_np, 1, max_np).mapInArrow(slot_rows, "slot int")
+    spark_failure = []
+
+    def collect():
+        try:
+            with session.tagged(spark, tag):
+                stage.collect()
+        except Exception as e:  # noqa: BLE001  (reported by the wait below, unless the job is over)
+            spark_failure.append(e)
+
+    thread = threading.Thread(target=collect, name="horovod_rs-elastic-stage", daemon=True)
+    thread.start()
+
+    def spark_gave_up():
+        if spark_failure:
+            return ElasticJobError("Spark ended the elastic job's stage: %s" % str(spark_failure[0]).split("\n")[0])
+        return None
+
+    try:
+        outcomes = coordinator.wait(spark_gave_up)
+    except ElasticJobError as e:
+        raise HorovodRunError(str(e)) from None
+    finally:
+        coordinator.close()
+        session.interrupt(spark, tag)  # tasks Spark still retries or schedules
+        thread.join(timeout=30)
+        output.close()
+    import cloudpickle
+
+    return [cloudpickle.loads(result) for _, result in outcomes], list(coordinator.worlds)
+
+
+class _Task:
+    """What each task of an elastic job runs (shipped in the task's closure): it joins the
+    coordinator, runs ``fn`` as a member of the worlds it is given, and reports the outcome."""
+
+    def __init__(self, coordinator, token, output_address, output_token, secret, fields, env, payload):
+        self.coordinator, self.token = coordinator, token
+        self.output_address, self.output_token = output_address, output_token
+        self.secret, self.fields, self.env, self.payload = secret, fields, env, payload
+
+    def run(self):
+        """Runs the task's part; returns its slot."""
+        import cloudpickle
+        from pyspark import TaskContext
+
+        from horovod_rs.common import basics
+        from horovod_rs.spark.common.job import environment, failure_payload
+        from horovod_rs.spark.common.output import forward_output
+
+        context = TaskContext.get()
+        slot = context.partitionId()
+        member = Member(self.coordinator, self.token, slot, context.attemptNumber(), self.secret, self.fields, self.env)
+        try:
+            with forward_output(self.output_address, self.output_token, slot), environment(self.env):
+                error = None
+                try:
+                    basics.join_elastic_task(member)
+                    fn, args, kwargs = cloudpickle.loads(self.payload)
+                    outcome = (True, cloudpickle.dumps(fn(*args, **kwargs)))
+                except Retired:
+                    return slot
+                except BaseException as e:  # noqa: BLE001  (the coordinator reports it)
+                    error = e
+                    outcome = (False, failure_payload(e))
+                finally:
+                    basics.leave_task(error)
+            member.finish(*outcome)
+            return slot
+        finally:
+            member.close()
