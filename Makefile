@@ -74,8 +74,8 @@ demo-run-api: tools jar-release
 LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
                  $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
-TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test python-test \
-         flyte-test faults-quick
+TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test elastic-test \
+         python-test flyte-test faults-quick
 # Each suite's time is printed after it (`make test: <suite> <seconds> s`), to see where CI's goes.
 test:
 	@start=$$SECONDS; $(MAKE) --no-print-directory -j2 lane-installs lane-builds && \
@@ -213,6 +213,12 @@ pyspark-slow-test:
 # the same local-cluster, with the jar) and talks to it as Spark 4 clients, Databricks standard
 # access mode and Databricks Connect do (integration-tests/python/connect_server.py). Spark 3.5's
 # pyspark carries no server: it comes from Maven Central (--packages).
+# horovod_rs.spark.run_elastic on a cluster of its own (three executors, one of which a test
+# kills), on the newest line.
+elastic-test: spark-envs jar-$(LINE) $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch
+	$(call line_spark_env,$(LINE)) HOROVOD_RS_JAR=$(abspath $(call line_jar,$(LINE))) \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider --durations=5 --basetemp=build/$(LINE)/pytest-elastic integration-tests/elastic
+
 pyspark-connect-test: $(addprefix pyspark-connect-test-,$(TESTED_LINES))
 $(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spark-envs jar-% $(VENV)/.pytest \
     $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras $(VENV)/.connect
@@ -427,7 +433,7 @@ $(VENV)/.flyte: | $(PYTHON)
 
 ## Faults ----------------------------------------------------------------------
 
-.PHONY: faults faults-quick
+.PHONY: faults faults-quick bench-recovery elastic-test
 
 # The fault suite (scripts/faults.py, docs/reliability.md): FAULT_TRIALS trials of each kind of
 # fault on 2-rank jobs (a rank killed, frozen, silent; mismatched tensors; strangers on the
@@ -435,15 +441,23 @@ $(VENV)/.flyte: | $(PYTHON)
 # unexpected, hangs, crashes, leaks. A Spark kind fits a KerasEstimator: it needs TensorFlow,
 # pyarrow, pandas and fsspec.
 FAULT_TRIALS ?= 20
-FAULT_DEPS := $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.tensorflow
+FAULT_DEPS := $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.tensorflow $(VENV)/.torch
 faults: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
 
 # In make test: two trials of each kind of the engine's faults, one of a Spark driver killed and
 # of an executor killed mid-checkpoint (a Spark trial starts a cluster: a minute or more each; an
-# executor killed under the Run API is integration-tests/python/test_recovery.py's).
+# executor killed under the Run API is integration-tests/python/test_recovery.py's, under an
+# elastic job integration-tests/elastic's).
 faults-quick: $(FAULT_DEPS)
-	$(PYTHON) scripts/faults.py --trials 2 --spark-trials 1 --skip spark-executor-killed --check
+	$(PYTHON) scripts/faults.py --trials 2 --spark-trials 1 --check \
+	  --skip spark-executor-killed,spark-elastic-executor-killed,spark-elastic-killed-in-commit,spark-elastic-grow
+
+# Recovery time from a lost executor: an elastic job's vs a relaunch from checkpoint
+# (scripts/bench_recovery.py, docs/reliability.md).
+bench-recovery: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.pytest
+	$(PYTHON) scripts/bench_recovery.py --runs $(RECOVERY_RUNS)
+RECOVERY_RUNS ?= 3
 
 ## Benchmarks ----------------------------------------------------------------
 

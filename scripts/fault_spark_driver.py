@@ -10,13 +10,27 @@
                                                ``RESULT_DIR/store`` (its checkpoints are written
                                                there, temp file then rename); rank 0, the writer,
                                                leaves its pid in ``writer.pid``
+    fault_spark_driver.py elastic-KIND RESULT_DIR
+                                               a run_elastic job of 3 ranks on
+                                               ``local-cluster[3,1,1024]`` counting committed
+                                               steps (hvd.elastic.run, an ObjectState): ``kill``:
+                                               the last rank kills its executor JVM at step 5;
+                                               ``commit``: it does so inside ``commit()``, halfway
+                                               through saving the state; ``grow``: another job
+                                               holds a slot, so the job starts with 2 ranks
+                                               (max_num_proc=3) and grows when that slot frees
 
-``run`` and ``fit`` write ``result.json`` when they end: what came back, or the error."""
+``run``, ``fit`` and ``elastic-*`` write ``result.json`` when they end: what came back, or the error."""
 
 import json
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
+
+import cloudpickle
 
 from pyspark.sql import SparkSession
 
@@ -25,6 +39,12 @@ import horovod_rs.spark
 # Long enough (seconds) that the trial's kill lands while the first attempt runs.
 RUN_STEPS = 5000
 FIT_EPOCHS = 4
+# The elastic job's committed steps; the step its victim dies at.
+ELASTIC_STEPS = 40
+ELASTIC_KILL_AT = 5
+
+# The elastic job's function runs on the executors, which cannot import this script.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def allreduce_steps(result_dir, steps):
@@ -77,8 +97,99 @@ def fit(spark, result_dir):
     return {"epochs": len(fitted.getHistory()["loss"]), "retries": fitted.getRetries(), "mean_abs_error": error}
 
 
+def executor_of(pid):
+    """The executor JVM among ``pid``'s ancestors (a rank runs in its executor's Python worker)."""
+    while pid > 1:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    return pid
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
+        except OSError:
+            return None
+    return None
+
+
+def log_step(result_dir, step, size):
+    """Rank 0 notes when each step was committed (``steps.log``: time, step, size)."""
+    import horovod_rs.torch as hvd
+
+    if hvd.rank() == 0:
+        with open(os.path.join(result_dir, "steps.log"), "a") as f:
+            f.write("%f %d %d\n" % (time.time(), step, size))
+
+
+def elastic_counting(result_dir, victim, until_size):
+    """Counts committed steps, each allreducing a 1 from every rank (the world's size, kept in the
+    state). ``victim``: "kill" or "commit" (the last rank kills its executor at step
+    ELASTIC_KILL_AT, once), or None. ``until_size``: go on past ELASTIC_STEPS until a world of
+    that size ran a step (bounded)."""
+    import torch
+
+    import horovod_rs.torch as hvd
+
+    hvd.init()
+    marker = os.path.join(result_dir, "killed")
+
+    def kill_here():
+        with open(marker, "w") as f:
+            f.write(str(time.time()))
+        os.kill(executor_of(os.getpid()), signal.SIGKILL)
+        time.sleep(120)  # this worker dies with its executor
+
+    def victim_now(kind, state):
+        return (victim == kind and state.step == ELASTIC_KILL_AT and hvd.rank() == hvd.size() - 1
+                and not os.path.exists(marker))
+
+    class CountingState(hvd.elastic.ObjectState):
+        def save(self):
+            if victim_now("commit", self):
+                self._saved_state["step"] = self.step  # halfway: the sizes are not saved yet
+                kill_here()
+            super().save()
+
+    state = CountingState(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, step=0, sizes=[])
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < ELASTIC_STEPS or (until_size and until_size not in state.sizes
+                                             and state.step < 100 * ELASTIC_STEPS):
+            size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
+            if victim_now("kill", state):
+                kill_here()
+            state.sizes.append(size)
+            state.step += 1
+            state.commit()
+            log_step(result_dir, state.step, size)
+            time.sleep(0.05)
+        return {"step": state.step, "sizes": state.sizes}
+
+    return train(state)
+
+
+def elastic(spark, result_dir, kind):
+    """An elastic job of 3 ranks (``grow``: 2, growing to 3 once another job frees a slot)."""
+    if kind != "grow":
+        return horovod_rs.spark.run_elastic(elastic_counting, args=(result_dir, kind, None), num_proc=3,
+                                            min_num_proc=2)
+    def hold(batches):
+        open(os.path.join(result_dir, "holding"), "w").close()
+        time.sleep(20)
+        yield from batches
+
+    def blocker():
+        spark.range(1, numPartitions=1).mapInArrow(hold, "id long").collect()
+
+    threading.Thread(target=blocker, daemon=True).start()
+    while not os.path.exists(os.path.join(result_dir, "holding")):
+        time.sleep(0.1)
+    return horovod_rs.spark.run_elastic(elastic_counting, args=(result_dir, None, 3), num_proc=2, max_num_proc=3)
+
+
 def main(mode, result_dir):
-    builder = (SparkSession.builder.master("local-cluster[2,1,1024]")
+    master = "local-cluster[3,1,1024]" if mode.startswith("elastic-") else "local-cluster[2,1,1024]"
+    builder = (SparkSession.builder.master(master)
                .config("spark.ui.enabled", "false")
                .config("spark.executorEnv.FAULT_TRIAL", os.environ["FAULT_TRIAL"]))
     if mode == "fit":
@@ -92,6 +203,8 @@ def main(mode, result_dir):
         if mode == "run":
             outcome = {"results": horovod_rs.spark.run(allreduce_steps, args=(result_dir, RUN_STEPS), num_proc=2,
                                                        max_attempts=2)}
+        elif mode.startswith("elastic-"):
+            outcome = {"results": elastic(spark, result_dir, mode[len("elastic-"):])}
         else:
             outcome = fit(spark, result_dir)
     except Exception as e:  # noqa: BLE001 (the trial classifies it)

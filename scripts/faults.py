@@ -21,6 +21,13 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   the same Run API job, of a fixed number of allreduces with max_attempts=2;
                   once both ranks allreduce an executor JVM is killed with SIGKILL; the job must
                   run again on the executor Spark starts instead and finish
+  spark-elastic-executor-killed, spark-elastic-killed-in-commit, spark-elastic-grow
+                  a run_elastic job of 3 ranks on local-cluster[3,1,1024] counting committed steps
+                  (scripts/fault_spark_driver.py elastic-*): the last rank kills its executor JVM
+                  with SIGKILL at step 5, in its collectives or halfway through commit(); or the
+                  job starts with 2 ranks while another job holds the third slot and must grow
+                  to 3 when it frees. The job must finish with every step counted exactly once
+                  (no committed step lost or repeated) and the world's sizes as expected
   spark-executor-killed-mid-checkpoint
                   a KerasEstimator fit of 4 epochs with a store; rank 0, which writes the
                   checkpoints, and its executor JVM are killed with SIGKILL as soon as a
@@ -54,7 +61,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
          "stranger-wrong-secret", "spark-driver-killed", "spark-executor-killed",
-         "spark-executor-killed-mid-checkpoint")
+         "spark-executor-killed-mid-checkpoint", "spark-elastic-executor-killed", "spark-elastic-killed-in-commit",
+         "spark-elastic-grow")
 SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
 # A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
 SPARK_START_S = 120
@@ -72,6 +80,8 @@ def run_trial(kind, trial, timeout_s):
         return run_spark_driver_killed(timeout_s)
     if kind.startswith("spark-executor-killed"):
         return run_spark_executor_killed(kind, timeout_s)
+    if kind.startswith("spark-elastic-"):
+        return run_spark_elastic(kind, timeout_s)
     marker = uuid.uuid4().hex
     result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
     segments_before = set(glob.glob(SHM_GLOB))
@@ -221,6 +231,54 @@ def run_spark_executor_killed(kind, timeout_s):
             recovered = (result["epochs"] == 4 and len(result["retries"]) == 1
                          and result["mean_abs_error"] < 0.5)
         return ("finished", None) if recovered else ("unexpected", json.dumps(result)[-500:])
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+ELASTIC_MODES = {"spark-elastic-executor-killed": "elastic-kill", "spark-elastic-killed-in-commit": "elastic-commit",
+                 "spark-elastic-grow": "elastic-grow"}
+
+
+def run_spark_elastic(kind, timeout_s):
+    """An elastic job whose world changes (its driver makes the change happen): it must finish
+    with every committed step counted once and the sizes the change implies, and nothing of it
+    may outlive its driver."""
+    marker = uuid.uuid4().hex
+    result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
+    segments_before = set(glob.glob(SHM_GLOB))
+    env = dict(os.environ, HOROVOD_RS_TIMEOUT_SECONDS=str(timeout_s), FAULT_TRIAL=marker,
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, ELASTIC_MODES[kind], result_dir], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = []
+    reader = threading.Thread(target=lambda: output.append(driver.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        try:
+            driver.wait(timeout=SPARK_START_S + SPARK_RECOVERY_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+            _leftovers(marker, segments_before, 0)
+            return "hangs", "the driver did not end within %d s" % (SPARK_START_S + SPARK_RECOVERY_S)
+        leaked = _leftovers(marker, segments_before, timeout_s + SPARK_END_S)
+        path = os.path.join(result_dir, "result.json")
+        if not os.path.exists(path):
+            return "crashes", "the driver ended (%s) without a result: %s" % (driver.returncode, _tail(output, reader))
+        with open(path) as f:
+            result = json.load(f)
+        if leaked:
+            return "leaks", "; ".join(leaked)
+        if "error" in result:
+            return "unexpected", "not recovered: %s" % result["error"][-500:]
+        results = result["results"]
+        steps, sizes = results[0]["step"], results[0]["sizes"]
+        counted_once = len(sizes) == steps and all(r == results[0] for r in results)
+        if kind == "spark-elastic-grow":
+            expected = sizes[0] == 2 and sizes[-1] == 3 and len(results) == 3
+        else:
+            expected = sizes[0] == 3 and 2 in sizes and os.path.exists(os.path.join(result_dir, "killed"))
+        return ("finished", None) if counted_once and expected else ("unexpected", json.dumps(result)[-500:])
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
 
