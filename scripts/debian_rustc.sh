@@ -47,6 +47,7 @@ cat > "$dest/rustc" <<EOF
 LD_LIBRARY_PATH="$dest/root/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$dest/root/usr/bin/rustc" "\$@"
 EOF
 chmod +x "$dest/rustc"
+cd "$dest"  # out of the directory removed next: rustc refuses to run in a deleted one
 rm -rf "$dest/debs" "$lists"
 for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
     ls "$("$dest/rustc" --print target-libdir --target "$target")"/libstd-*.rlib >/dev/null
