@@ -6,8 +6,10 @@ SHELL           := /bin/bash
 PYSPARK_VERSION := 4.3.0
 VENV            := .venv
 PYTHON          := $(VENV)/bin/python
-# Installs into an environment one at a time (`make -j2` may reach two at once).
-PIP             := flock $(VENV)/.pip-lock $(VENV)/bin/pip
+# Installs into an environment one at a time (`make -j2` may reach two at once), at the versions
+# python/constraints.txt pins (CONSTRAINTS= installs the newest instead: make test-newest).
+CONSTRAINTS     ?= python/constraints.txt
+PIP             = flock $(VENV)/.pip-lock env $(if $(CONSTRAINTS),PIP_CONSTRAINT=$(abspath $(CONSTRAINTS))) $(VENV)/bin/pip
 SPARK_HOME      := $(abspath $(VENV)/lib/python3.11/site-packages/pyspark)
 SPARK_SUBMIT    := $(VENV)/bin/spark-submit
 GRADLE          := gradle --console=plain -q
@@ -24,7 +26,7 @@ LINES           := $(LINE) $(LINE_35) spark3.5_2.13
 TESTED_LINES    := $(LINE) $(LINE_35)
 PYSPARK_35      := 3.5.9
 VENV_35         := .venv-spark3.5
-PIP_35          := flock $(VENV_35)/.pip-lock $(VENV_35)/bin/pip
+PIP_35          = flock $(VENV_35)/.pip-lock env $(if $(CONSTRAINTS),PIP_CONSTRAINT=$(abspath $(CONSTRAINTS))) $(VENV_35)/bin/pip
 
 # A line's jar; its Gradle (with a task history of its own, so that building one line does not
 # make Gradle rebuild another); its Python environment; the Spark its jobs run on.
@@ -431,9 +433,14 @@ $(VENV)/.flyte: | $(PYTHON)
 	$(PIP) install -q flytekit==1.16.31 flytekitplugins-spark==1.16.31
 	touch $@
 
+# The PySpark and Python suites on the newest release of every package (no constraints), in an
+# environment of its own: what upgrading python/constraints.txt would change. Not in make test.
+test-newest:
+	$(MAKE) --no-print-directory VENV=.venv-newest CONSTRAINTS= pyspark-test-$(LINE) python-test
+
 ## Faults ----------------------------------------------------------------------
 
-.PHONY: faults faults-quick bench-recovery elastic-test
+.PHONY: faults faults-quick bench-recovery elastic-test test-newest
 
 # The fault suite (scripts/faults.py, docs/reliability.md): FAULT_TRIALS trials of each kind of
 # fault on 2-rank jobs (a rank killed, frozen, silent; mismatched tensors; strangers on the
