@@ -206,8 +206,8 @@ $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(V
 PYSPARK_MARKS ?= not slow
 
 # The example scripts left out of make test for its time (tests marked `slow`: each script is a
-# Spark application of its own, a minute or more): Lightning's MNIST example and the Horovod-style
-# Keras MNIST script, on the newest line.
+# Spark application of its own, a minute or more): our Torch and Lightning MNIST examples and the
+# Horovod-style Keras MNIST script, on the newest line.
 pyspark-slow-test:
 	$(MAKE) --no-print-directory pyspark-test-$(LINE) PYSPARK_MARKS=slow
 
@@ -230,9 +230,9 @@ $(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spar
 	  $(call pyspark_connect_tests,$*)
 
 # Every PySpark test runs on the newest line; on Spark 3.5 (CI's time is short) what depends on
-# the Spark version: the Run API, the native estimator's wrapper, the jars, and each Python
-# estimator family's fit, transform and persistence.
-PYSPARK_TESTS_35 := test_run.py test_cancel.py test_estimator.py test_jars.py \
+# the Spark version: the Run API's results and errors, the native estimator's wrapper, the jars,
+# and each Python estimator family's fit, transform and persistence (3.5's Connect run cancels).
+PYSPARK_TESTS_35 = $(CONNECT_RUN_TESTS_35) test_estimator.py test_jars.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_torch_estimator.py::test_two_inputs_two_outputs_weights_validation_column_and_persistence \

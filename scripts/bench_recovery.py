@@ -39,12 +39,12 @@ def relaunched_counting(result_dir):
     checkpoint, marker = os.path.join(result_dir, "checkpoint"), os.path.join(result_dir, "killed")
     step = int(open(checkpoint).read()) if os.path.exists(checkpoint) else 0
     while step < counting.ELASTIC_STEPS:
-        size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
         if step == counting.ELASTIC_KILL_AT and hvd.rank() == hvd.size() - 1 and not os.path.exists(marker):
             with open(marker, "w") as f:
                 f.write(str(time.time()))
             os.kill(counting.executor_of(os.getpid()), signal.SIGKILL)
             time.sleep(120)
+        size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
         step += 1
         if hvd.rank() == 0:
             with open(checkpoint + ".tmp", "w") as f:

@@ -123,8 +123,8 @@ def log_step(result_dir, step, size):
 def elastic_counting(result_dir, victim, until_size):
     """Counts committed steps, each allreducing a 1 from every rank (the world's size, kept in the
     state). ``victim``: "kill" or "commit" (the last rank kills its executor at step
-    ELASTIC_KILL_AT, once), or None. ``until_size``: go on past ELASTIC_STEPS until a world of
-    that size ran a step (bounded)."""
+    ELASTIC_KILL_AT, once), or None. ``until_size``: go on past ELASTIC_STEPS until the world
+    has that size (again) (bounded)."""
     import torch
 
     import horovod_rs.torch as hvd
@@ -153,11 +153,11 @@ def elastic_counting(result_dir, victim, until_size):
 
     @hvd.elastic.run
     def train(state):
-        while state.step < ELASTIC_STEPS or (until_size and until_size not in state.sizes
+        while state.step < ELASTIC_STEPS or (until_size and state.sizes[-1] != until_size
                                              and state.step < 100 * ELASTIC_STEPS):
-            size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
             if victim_now("kill", state):
-                kill_here()
+                kill_here()  # before the step's allreduce: no rank commits the step after it
+            size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
             state.sizes.append(size)
             state.step += 1
             state.commit()

@@ -47,7 +47,7 @@ def counting(steps, kill_at, marker, until_regrown=False, fail_at=None):
 
         @hvd.elastic.run
         def train(state):
-            while state.step < steps or (until_regrown and not regrown(state.sizes) and state.step < 50 * steps):
+            while state.step < steps or (until_regrown and not regrown(state.sizes) and state.step < 200 * steps):
                 size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
                 if state.step == fail_at and hvd.rank() == 0:
                     raise ValueError("rank 0 gives up at step %d" % state.step)

@@ -44,7 +44,8 @@ def data_dir(tmp_path_factory):
 
 # The scripts start their own classic sessions.
 @pytest.mark.classic_only
-@pytest.mark.parametrize("example", ["torch_mnist.py", pytest.param("lightning_mnist.py", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("example", ["torch_mnist.py", "lightning_mnist.py"])
 def test_our_examples_learn_the_digits(example, data_dir, tmp_path):
     output = run(os.path.join(EXAMPLES, "pytorch", example), "--epochs", "2", "--data-dir", data_dir,
                  "--work-dir", str(tmp_path))

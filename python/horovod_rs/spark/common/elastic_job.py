@@ -387,7 +387,7 @@ def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_tim
     import pyarrow as pa
 
     from horovod_rs.spark.common import session
-    from horovod_rs.spark.common.job import HorovodRunError, JobSettings, await_slots
+    from horovod_rs.spark.common.job import HorovodRunError, JobSettings, await_slots, spark_failure_text
     from horovod_rs.spark.common.output import OutputServer
 
     settings = JobSettings(spark, env)
@@ -419,7 +419,7 @@ def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_tim
 
     def spark_gave_up():
         if spark_failure:
-            return ElasticJobError("Spark ended the elastic job's stage: %s" % str(spark_failure[0]).split("\n")[0])
+            return ElasticJobError("Spark ended the elastic job's stage:\n%s" % spark_failure_text(spark_failure[0]))
         return None
 
     try:

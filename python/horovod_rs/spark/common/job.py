@@ -227,7 +227,7 @@ class BarrierJob:
                 raise  # Ctrl-C: the job is cancelled, nothing to report
             lost = _native.rank_lost(str(e))
             raise (HorovodRankLostError if lost else HorovodRunError)(
-                "the horovod_rs job of %d processes failed in Spark:\n%s" % (self.num_proc, _spark_failure(e))) from None
+                "the horovod_rs job of %d processes failed in Spark:\n%s" % (self.num_proc, spark_failure_text(e))) from None
         finally:
             start.stop()
         return [(row["rank"], row["ok"], row["payload"], row["output"]) for row in rows]
@@ -316,11 +316,14 @@ class _StartWatch:
             self._stop_progress()
 
 
-def _spark_failure(error):
-    """The useful part of an aborted stage's error: the Python traceback, when there is one."""
+def spark_failure_text(error):
+    """The useful part of an aborted stage's error: the Python traceback, when there is one, else
+    Spark's reason without the JVM's stack frames."""
     text = str(error)
     start = text.find("Traceback (most recent call last)")
-    return text[start:] if start >= 0 else text
+    if start >= 0:
+        return text[start:]
+    return "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("at ")).strip()
 
 
 class RankContext:
