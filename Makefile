@@ -243,8 +243,9 @@ pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/pyt
 CONNECT_SERVER_35 := 3.5.7
 # From a Connect client, what depends on the driver path (classic runs cover the rest, which the
 # ranks do the same way under both, as in the Run API's stress test): on the newest line the Run
-# API, cancelling, the JVM estimator over Spark ML on Connect, and each Python estimator family's
-# fit, transform, persistence, Pipeline/CrossValidator, prepared data and errors; on 3.5 the Run
+# API, cancelling, the JVM estimator over Spark ML on Connect, and the Keras and Torch families'
+# fit, transform, persistence, Pipeline and errors (the one driver path of every family: CrossValidator,
+# prepared data and Lightning from a Connect client are make pyspark-connect-test-full's); on 3.5 the Run
 # API's results and errors, cancelling, the JVM estimator's clear refusal, and a Python
 # estimator's fit, transform, persistence and errors (Spark 3.5's Connect client has no JVM ML
 # stages, which the other tests use to build vectors).
@@ -260,17 +261,18 @@ PYSPARK_CONNECT_TESTS := $(CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_keras_estimator.py::test_bad_columns_and_models_are_named_before_any_job \
                     test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank \
-                    test_keras_estimator.py::test_prepared_parquet_data_and_a_custom_backend \
                     test_torch_estimator.py::test_fits_learns_and_transforms \
                     test_torch_estimator.py::test_estimator_saves_and_loads \
-                    test_torch_estimator.py::test_cross_validation_picks_among_fits \
-                    test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training \
-                    test_lightning_estimator.py::test_fits_with_legacy_hooks_transforms_and_loads
+                    test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training
 PYSPARK_CONNECT_TESTS_35 := $(CONNECT_RUN_TESTS_35) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_estimators_save_and_load \
                     test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank
 pyspark_connect_tests = $(addprefix integration-tests/python/,$(if $(filter $(LINE_35),$(1)),$(PYSPARK_CONNECT_TESTS_35),$(PYSPARK_CONNECT_TESTS)))
+
+# Every PySpark test that can run from a Connect client, on the newest line (not in make test).
+pyspark-connect-test-full:
+	$(MAKE) --no-print-directory pyspark-connect-test-$(LINE) PYSPARK_CONNECT_TESTS=.
 
 # Spark Connect's Python client (pyspark's `connect` extra), at the versions tested.
 $(VENV)/.connect: | $(VENV)/.pyspark-$(PYSPARK_VERSION)
@@ -440,7 +442,7 @@ test-newest:
 
 ## Faults ----------------------------------------------------------------------
 
-.PHONY: faults faults-quick bench-recovery elastic-test test-newest
+.PHONY: faults faults-quick bench-recovery elastic-test test-newest pyspark-connect-test-full
 
 # The fault suite (scripts/faults.py, docs/reliability.md): FAULT_TRIALS trials of each kind of
 # fault on 2-rank jobs (a rank killed, frozen, silent; mismatched tensors; strangers on the
@@ -452,13 +454,16 @@ FAULT_DEPS := $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.tensorflow $(VENV)/.t
 faults: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
 
-# In make test: two trials of each kind of the engine's faults, one of a Spark driver killed and
-# of an executor killed mid-checkpoint (a Spark trial starts a cluster: a minute or more each; an
-# executor killed under the Run API is integration-tests/python/test_recovery.py's, under an
-# elastic job integration-tests/elastic's).
+# In make test: two trials of each kind of the engine's faults and one of a Spark driver killed (a
+# Spark trial starts a cluster: a minute or more each; an executor killed under the Run API and
+# under a fit is integration-tests/python/test_recovery.py's, under an elastic job
+# integration-tests/elastic's).
 faults-quick: $(FAULT_DEPS)
-	$(PYTHON) scripts/faults.py --trials 2 --spark-trials 1 --check \
-	  --skip spark-executor-killed,spark-elastic-executor-killed,spark-elastic-killed-in-commit,spark-elastic-grow
+	$(PYTHON) scripts/faults.py --trials 2 --spark-trials 1 --check --skip $(subst $(space),$(comma),$(FAULTS_QUICK_SKIP))
+FAULTS_QUICK_SKIP := spark-executor-killed spark-executor-killed-mid-checkpoint spark-elastic-executor-killed \
+                     spark-elastic-killed-in-commit spark-elastic-grow spark-elastic-worker-lost
+comma := ,
+space := $(subst ,, )
 
 # Recovery time from a lost executor: an elastic job's vs a relaunch from checkpoint
 # (scripts/bench_recovery.py, docs/reliability.md).

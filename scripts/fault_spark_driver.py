@@ -18,7 +18,11 @@
                                                ``commit``: it does so inside ``commit()``, halfway
                                                through saving the state; ``grow``: another job
                                                holds a slot, so the job starts with 2 ranks
-                                               (max_num_proc=3) and grows when that slot frees
+                                               (max_num_proc=3) and grows when that slot frees;
+                                               ``worker``: on a standalone cluster of 3 workers
+                                               (started through bin/spark-class), the last rank
+                                               kills its worker and executor JVMs at step 5, so
+                                               the slot never comes back
 
 ``run``, ``fit`` and ``elastic-*`` write ``result.json`` when they end: what came back, or the error."""
 
@@ -97,6 +101,11 @@ def fit(spark, result_dir):
     return {"epochs": len(fitted.getHistory()["loss"]), "retries": fitted.getRetries(), "mean_abs_error": error}
 
 
+def parent_of(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def executor_of(pid):
     """The executor JVM among ``pid``'s ancestors (a rank runs in its executor's Python worker)."""
     while pid > 1:
@@ -104,8 +113,7 @@ def executor_of(pid):
             with open("/proc/%d/cmdline" % pid, "rb") as f:
                 if b"CoarseGrainedExecutorBackend" in f.read():
                     return pid
-            with open("/proc/%d/stat" % pid) as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
+            pid = parent_of(pid)
         except OSError:
             return None
     return None
@@ -138,6 +146,11 @@ def elastic_counting(result_dir, victim, until_size):
         os.kill(executor_of(os.getpid()), signal.SIGKILL)
         time.sleep(120)  # this worker dies with its executor
 
+    def kill_worker_here():
+        executor = executor_of(os.getpid())
+        os.kill(parent_of(executor), signal.SIGKILL)  # the standalone worker: nothing restarts the executor
+        kill_here()
+
     def victim_now(kind, state):
         return (victim == kind and state.step == ELASTIC_KILL_AT and hvd.rank() == hvd.size() - 1
                 and not os.path.exists(marker))
@@ -157,6 +170,8 @@ def elastic_counting(result_dir, victim, until_size):
                                              and state.step < 100 * ELASTIC_STEPS):
             if victim_now("kill", state):
                 kill_here()  # before the step's allreduce: no rank commits the step after it
+            if victim_now("worker", state):
+                kill_worker_here()
             size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
             state.sizes.append(size)
             state.step += 1
@@ -187,9 +202,55 @@ def elastic(spark, result_dir, kind):
     return horovod_rs.spark.run_elastic(elastic_counting, args=(result_dir, None, 3), num_proc=2, max_num_proc=3)
 
 
+class StandaloneCluster:
+    """A Spark standalone master and ``workers`` workers of one core each, started through
+    bin/spark-class (pip's pyspark has no sbin/start-master.sh), stopped when the block ends."""
+
+    def __init__(self, workers, work_dir):
+        self._workers, self._work_dir = workers, work_dir
+
+    def __enter__(self):
+        import socket
+        import subprocess
+
+        from pyspark.find_spark_home import _find_spark_home
+
+        spark_class = os.path.join(_find_spark_home(), "bin", "spark-class")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = "spark://127.0.0.1:%d" % port
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._processes = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host",
+                                             "127.0.0.1", "--port", str(port), "--webui-port", "0"], **quiet)]
+        for number in range(self._workers):
+            self._processes.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--cores", "1", "--memory", "1g",
+                 "--webui-port", "0", "--work-dir", os.path.join(self._work_dir, "worker-%d" % number)], **quiet))
+        return self
+
+    def __exit__(self, *exc):
+        for process in reversed(self._processes):
+            process.terminate()
+        for process in self._processes:
+            process.wait()
+        return False
+
+
 def main(mode, result_dir):
-    master = "local-cluster[3,1,1024]" if mode.startswith("elastic-") else "local-cluster[2,1,1024]"
-    builder = (SparkSession.builder.master(master)
+    if mode == "elastic-worker":
+        with StandaloneCluster(3, result_dir) as cluster:
+            session(mode, result_dir, cluster.url, {"spark.cores.max": "3", "spark.executor.cores": "1",
+                                                     "spark.executor.memory": "1g"})
+        return
+    session(mode, result_dir, "local-cluster[3,1,1024]" if mode.startswith("elastic-") else "local-cluster[2,1,1024]")
+
+
+def session(mode, result_dir, master, conf=None):
+    builder = SparkSession.builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    builder = (builder
                .config("spark.ui.enabled", "false")
                .config("spark.executorEnv.FAULT_TRIAL", os.environ["FAULT_TRIAL"]))
     if mode == "fit":

@@ -21,13 +21,16 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   the same Run API job, of a fixed number of allreduces with max_attempts=2;
                   once both ranks allreduce an executor JVM is killed with SIGKILL; the job must
                   run again on the executor Spark starts instead and finish
-  spark-elastic-executor-killed, spark-elastic-killed-in-commit, spark-elastic-grow
+  spark-elastic-executor-killed, spark-elastic-killed-in-commit, spark-elastic-grow,
+  spark-elastic-worker-lost
                   a run_elastic job of 3 ranks on local-cluster[3,1,1024] counting committed steps
                   (scripts/fault_spark_driver.py elastic-*): the last rank kills its executor JVM
                   with SIGKILL at step 5, in its collectives or halfway through commit(); or the
                   job starts with 2 ranks while another job holds the third slot and must grow
-                  to 3 when it frees. The job must finish with every step counted exactly once
-                  (no committed step lost or repeated) and the world's sizes as expected
+                  to 3 when it frees; or, on a standalone cluster of 3 one-core workers, the last
+                  rank kills its worker and executor JVMs, so the slot never comes back. The job
+                  must finish with every step counted exactly once (no committed step lost or
+                  repeated) and the world's sizes as expected
   spark-executor-killed-mid-checkpoint
                   a KerasEstimator fit of 4 epochs with a store; rank 0, which writes the
                   checkpoints, and its executor JVM are killed with SIGKILL as soon as a
@@ -62,7 +65,7 @@ RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
          "stranger-wrong-secret", "spark-driver-killed", "spark-executor-killed",
          "spark-executor-killed-mid-checkpoint", "spark-elastic-executor-killed", "spark-elastic-killed-in-commit",
-         "spark-elastic-grow")
+         "spark-elastic-grow", "spark-elastic-worker-lost")
 SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
 # A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
 SPARK_START_S = 120
@@ -236,7 +239,7 @@ def run_spark_executor_killed(kind, timeout_s):
 
 
 ELASTIC_MODES = {"spark-elastic-executor-killed": "elastic-kill", "spark-elastic-killed-in-commit": "elastic-commit",
-                 "spark-elastic-grow": "elastic-grow"}
+                 "spark-elastic-grow": "elastic-grow", "spark-elastic-worker-lost": "elastic-worker"}
 
 
 def run_spark_elastic(kind, timeout_s):
@@ -276,6 +279,8 @@ def run_spark_elastic(kind, timeout_s):
         counted_once = len(sizes) == steps and all(r == results[0] for r in results)
         if kind == "spark-elastic-grow":
             expected = sizes[0] == 2 and sizes[-1] == 3 and len(results) == 3
+        elif kind == "spark-elastic-worker-lost":  # the job ends on the 2 ranks left
+            expected = sizes[0] == 3 and sizes[-1] == 2 and len(results) == 2
         else:
             expected = sizes[0] == 3 and 2 in sizes and os.path.exists(os.path.join(result_dir, "killed"))
         return ("finished", None) if counted_once and expected else ("unexpected", json.dumps(result)[-500:])
