@@ -209,10 +209,13 @@ def test_prepared_parquet_data_and_a_custom_backend(spark, store):
     with prepare_data(2, store, df, label_columns=["y"], feature_columns=["x1", "x2"], validation="isVal",
                       partitions_per_process=1) as dataset_idx:
         assert store.is_parquet_dataset(store.get_train_data_path(dataset_idx))
-        model = estimator(store, num_proc=None, backend=RunBackend(), validation="isVal").fit_on_parquet(
-            dataset_idx=dataset_idx)
+        # As Horovod's documentation writes it: no index, inside the block that prepared the data.
+        model = estimator(store, num_proc=None, backend=RunBackend(), validation="isVal").fit_on_parquet()
     assert len(model.getHistory()["val_loss"]) == 4
     assert model.transform(df).selectExpr("avg(abs(y__output - y))").first()[0] < 0.3
     # fit() with a backend that cannot take Arrow partitions goes through prepare_data itself.
     model = estimator(store, num_proc=None, backend=RunBackend(), epochs=1).fit(df)
     assert len(model.getHistory()["loss"]) == 1
+    # Outside any block, with nothing at the store's own training path: the missing data is named.
+    with pytest.raises(ValueError, match="no prepared training data at .*intermediate_train_data"):
+        estimator(store, num_proc=None, backend=RunBackend()).fit_on_parquet()

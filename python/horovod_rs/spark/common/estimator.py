@@ -84,7 +84,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         return super().fit(df, params)
 
     def fit_on_parquet(self, params=None, dataset_idx=None):
-        """Trains on the Parquet data ``prepare_data`` wrote to the store (``dataset_idx``)."""
+        """Trains on the Parquet data ``prepare_data`` wrote to the store (``dataset_idx``). Without
+        an index: the store's own training path when it holds data (Horovod's), else the data of
+        the ``prepare_data`` block this call is inside (as Horovod's documentation writes it)."""
         estimator = self.copy(params) if params else self
         return estimator._fit_on_parquet(dataset_idx)
 
@@ -193,9 +195,11 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         return run_id, resume
 
     def _fit_on_parquet(self, dataset_idx):
-        from horovod_rs.spark.common.util import parquet_column_infos
+        from horovod_rs.spark.common.util import dataset_of_open_block, has_prepared_data, parquet_column_infos
 
         self._check_params()
+        if dataset_idx is None and self.getStore() is not None and not has_prepared_data(self.getStore(), None):
+            dataset_idx = dataset_of_open_block(self.getStore())
         backend = self._get_or_create_backend()
         spec = self._data_spec()
         infos = parquet_column_infos(self.getStore(), dataset_idx, spec.columns)

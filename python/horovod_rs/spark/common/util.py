@@ -9,6 +9,9 @@ import threading
 _cache_lock = threading.Lock()
 _cache = {}  # (DataFrame plan, store prefix, validation) -> dataset index
 _next_index = [0]
+# The prepare_data blocks open in this driver, innermost last, as (store prefix, dataset index):
+# fit_on_parquet() without an index inside one trains on its data, as Horovod's documentation has it.
+_open_blocks = []
 
 
 def is_databricks():
@@ -44,7 +47,24 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
             _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process,
                    verbose)
             _cache[key] = index
-    yield index
+        _open_blocks.append((store.prefix_path, index))
+    try:
+        yield index
+    finally:
+        with _cache_lock:
+            _open_blocks.remove((store.prefix_path, index))
+
+
+def dataset_of_open_block(store):
+    """The dataset index of the innermost ``prepare_data`` block open on ``store``, or None."""
+    with _cache_lock:
+        return next((index for prefix, index in reversed(_open_blocks) if prefix == store.prefix_path), None)
+
+
+def has_prepared_data(store, dataset_idx):
+    """Whether the store holds prepared training data for ``dataset_idx`` (Parquet files)."""
+    path = store.get_localized_path(store.get_train_data_path(dataset_idx))
+    return store.fs.exists(path) and any(f.endswith(".parquet") for f in store.fs.find(path))
 
 
 def _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process, verbose):
@@ -80,7 +100,7 @@ def parquet_column_infos(store, dataset_idx, columns):
     from horovod_rs.spark.common.columns import ARRAY, SCALAR, ColumnInfo
 
     path = store.get_localized_path(store.get_train_data_path(dataset_idx))
-    files = [f for f in sorted(store.fs.find(path)) if f.endswith(".parquet")]
+    files = [f for f in sorted(store.fs.find(path)) if f.endswith(".parquet")] if store.fs.exists(path) else []
     if not files:
         raise ValueError("no prepared training data at %s (run prepare_data first, with this dataset index)"
                          % store.get_train_data_path(dataset_idx))
