@@ -252,6 +252,24 @@ pub const SETTINGS: &[Setting] = &[
         show: show_plain,
     },
     Setting {
+        key: "spark.horovod.rs.fitMinProcesses",
+        variable: None,
+        target: Target::Driver("fit_min_processes"),
+        default: DefaultValue::Declared,
+        doc: "When a fit runs its barrier job again after losing a rank, how few ranks it may run \
+              with: the next attempt takes the task slots the cluster has then, down to this many \
+              (rows and steps per epoch rebalance over them), instead of waiting for all of \
+              num_proc; unset: every attempt waits for num_proc.",
+        parse_key: |value| match value.trim().parse::<u32>() {
+            Ok(processes) if processes >= 1 => Ok(Value::from(processes)),
+            _ => Err("expected a whole number of at least 1"),
+        },
+        show: |value| match value {
+            Value::Null => "unset".into(),
+            _ => show_plain(value),
+        },
+    },
+    Setting {
         key: "spark.horovod.rs.gpusPerRank",
         variable: None,
         target: Target::Driver("gpus_per_rank"),
@@ -297,6 +315,9 @@ pub struct DriverSettings {
     /// How many times a fit runs its barrier job when Spark loses a rank
     /// outside the model's code (default 3, at least 1).
     pub fit_attempts: u32,
+    /// The fewest ranks an attempt after the first may run with (default
+    /// none: every attempt waits for all of its ranks' slots).
+    pub fit_min_processes: Option<u32>,
     /// GPUs each rank's task asks for (default 0: CPUs only).
     pub gpus_per_rank: f64,
     /// How the ranks exchange their addresses (default auto).
@@ -308,6 +329,7 @@ impl Default for DriverSettings {
         DriverSettings {
             start_timeout: Duration::from_secs(600),
             fit_attempts: 3,
+            fit_min_processes: None,
             gpus_per_rank: 0.0,
             driver_rendezvous: DriverRendezvous::Auto,
         }
@@ -823,7 +845,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&settings).unwrap(),
             json!({"spec": {}, "driver": {"start_timeout_s": 600.0, "fit_attempts": 3,
-                                          "gpus_per_rank": 0.0, "driver_rendezvous": "auto"}})
+                                          "fit_min_processes": null, "gpus_per_rank": 0.0,
+                                          "driver_rendezvous": "auto"}})
         );
     }
 
@@ -842,6 +865,7 @@ mod tests {
                 ("spark.horovod.rs.cacheCapacity", "16"),
                 ("spark.horovod.rs.startTimeout", "1500ms"),
                 ("spark.horovod.rs.fitAttempts", "1"),
+                ("spark.horovod.rs.fitMinProcesses", "2"),
                 ("spark.horovod.rs.gpusPerRank", "0.5"),
                 ("spark.horovod.rs.driverRendezvous", "False"),
             ],
@@ -861,6 +885,7 @@ mod tests {
             DriverSettings {
                 start_timeout: Duration::from_millis(1500),
                 fit_attempts: 1,
+                fit_min_processes: Some(2),
                 gpus_per_rank: 0.5,
                 driver_rendezvous: DriverRendezvous::Off,
             }
@@ -933,6 +958,7 @@ mod tests {
             ("spark.horovod.rs.cacheCapacity", "-1"),
             ("spark.horovod.rs.startTimeout", "0"),
             ("spark.horovod.rs.fitAttempts", "0"),
+            ("spark.horovod.rs.fitMinProcesses", "none"),
             ("spark.horovod.rs.gpusPerRank", "-1"),
             ("spark.horovod.rs.driverRendezvous", "yes please"),
         ] {
@@ -1002,6 +1028,9 @@ mod tests {
                         setting.key
                     );
                 }
+                // A default of "unset" has no text to read back: the key's absence is it.
+                (DefaultValue::Declared, Target::Driver(name))
+                    if declared_driver[name].is_null() => {}
                 (DefaultValue::Declared, Target::Driver(name)) => {
                     let read = settings(&[(setting.key, &text)], &[]).unwrap();
                     let read = serde_json::to_value(read.driver).unwrap();
@@ -1044,6 +1073,7 @@ mod tests {
             ("cacheCapacity", "1024"),
             ("startTimeout", "600s"),
             ("fitAttempts", "3"),
+            ("fitMinProcesses", "unset"),
             ("gpusPerRank", "0"),
             ("driverRendezvous", "auto"),
         ];

@@ -45,14 +45,15 @@ class SparkBackend(Backend):
         return horovod_rs.spark.run(fn, args=args, kwargs=kwargs, num_proc=self._num_proc,
                                     env=self._merged_env(env), **self._kwargs)
 
-    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs"):
+    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs", num_proc=None):
         """Runs ``fn(rank, batches)`` on every rank, ``batches`` iterating over the rank's partition
-        of ``df`` as Arrow record batches; returns the results in rank order."""
+        of ``df`` as Arrow record batches; returns the results in rank order. ``num_proc``: this
+        job's ranks, when not the backend's (a fit's attempt on fewer ranks)."""
         from horovod_rs.spark.common.job import BarrierJob
 
         options = {k: self._kwargs[k] for k in ("start_timeout", "stdout", "stderr", "prefix_output_with_timestamp",
                                                 "use_gpu") if k in self._kwargs}
-        with BarrierJob(df.sparkSession, self._num_proc, env=self._merged_env(env), description=description,
+        with BarrierJob(df.sparkSession, num_proc or self._num_proc, env=self._merged_env(env), description=description,
                         **options) as job:
             return job.run(fn, df)
 

@@ -162,29 +162,34 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
     def _run_on_dataframe(self, backend, prepared, spec, run_id, resume, retries):
         """Trains over the DataFrame; when Spark loses a rank outside the model's code (an executor
         dies), runs the job again (``spark.horovod.rs.fitAttempts`` in all), resuming from the
-        store's last checkpoint. ``retries`` receives one entry per retry."""
+        store's last checkpoint, on fewer ranks if ``spark.horovod.rs.fitMinProcesses`` allows and
+        the cluster has fewer slots then. ``retries`` receives one entry per retry."""
         from horovod_rs.spark.common.job import FIT_ATTEMPTS_KEY, JobSettings, run_attempts
 
-        state = {"resume": resume}
+        settings = JobSettings(prepared.sparkSession)
+        state = {"resume": resume, "num_proc": backend.num_processes()}
 
         def attempt(number):
             if number > 1:
                 state["resume"] = self._read_resume(run_id)
             trainer = self._remote_trainer(run_id, spec, state["resume"])
-            return backend.run_on_dataframe(trainer, prepared, env=self._backend_env(),
+            return backend.run_on_dataframe(trainer, prepared, env=self._backend_env(), num_proc=state["num_proc"],
                                             description="%s.fit (attempt %d)" % (type(self).__name__, number))
 
         def on_retry(number, error):
             checkpoint = self._read_resume(run_id)
             done = checkpoint[0]["epochs_done"] if checkpoint else 0
+            state["num_proc"] = ranks_for_retry(prepared.sparkSession, backend.num_processes(),
+                                                settings.fit_min_processes)
             # Epochs count from 1; every epoch after `done` that the lost attempt began runs again.
-            retries.append({"attempt": number + 1, "resumed_after_epoch": done, "error": str(error)})
+            retries.append({"attempt": number + 1, "resumed_after_epoch": done, "num_proc": state["num_proc"],
+                            "error": str(error)})
             where = ("resumes run %s after epoch %d (epoch %d runs again)" % (run_id, done, done + 1)) if checkpoint \
                 else "starts from scratch (no checkpoint in the store%s)" % ("" if self.getStore() else ": no store")
-            print("horovod_rs: attempt %d lost a rank outside the model's code; attempt %d %s.\n%s"
-                  % (number, number + 1, where, error), flush=True)
+            print("horovod_rs: attempt %d lost a rank outside the model's code; attempt %d %s on %d ranks.\n%s"
+                  % (number, number + 1, where, state["num_proc"], error), flush=True)
 
-        return run_attempts(JobSettings(prepared.sparkSession).fit_attempts, attempt, on_retry, FIT_ATTEMPTS_KEY)
+        return run_attempts(settings.fit_attempts, attempt, on_retry, FIT_ATTEMPTS_KEY)
 
     def _run(self):
         """This fit's run id (given, or new) and what it resumes from (None: a new run)."""
@@ -339,6 +344,21 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
     @classmethod
     def read(cls):
         return serialization.ParamsReader(cls)
+
+
+def ranks_for_retry(spark, num_proc, minimum):
+    """How many ranks a fit's next attempt runs with: ``num_proc``, or, when ``minimum``
+    (``spark.horovod.rs.fitMinProcesses``) is set, the task slots the cluster has now if fewer,
+    but not fewer than ``minimum`` (the attempt then waits for those as any job does). A cluster
+    whose slots cannot be counted (a Connect client) runs ``num_proc``."""
+    from horovod_rs.spark.common import session
+
+    if minimum is None:
+        return num_proc
+    slots = session.task_slots(spark)
+    if slots is None:
+        return num_proc
+    return max(min(minimum, num_proc), min(num_proc, slots))
 
 
 def _vector_type():

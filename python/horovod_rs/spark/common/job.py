@@ -55,6 +55,8 @@ class HorovodRankLostError(HorovodRunError):
 # A Spark conf key: how many times a fit runs its barrier job when ranks are lost outside the
 # model's code; every attempt after the first resumes from the store's last checkpoint.
 FIT_ATTEMPTS_KEY = "spark.horovod.rs.fitAttempts"
+# How few ranks a fit's attempt after the first may run with (unset: all of num_proc).
+FIT_MIN_PROCESSES_KEY = "spark.horovod.rs.fitMinProcesses"
 
 
 class JobSettings:
@@ -73,6 +75,7 @@ class JobSettings:
         driver = settings["driver"]
         self.start_timeout = driver["start_timeout_s"]
         self.fit_attempts = driver["fit_attempts"]
+        self.fit_min_processes = driver["fit_min_processes"]
         self.driver_rendezvous = driver["driver_rendezvous"]
 
 

@@ -67,7 +67,8 @@ MODEL_PARAMS = [
     ("label_columns", "LabelColumns", None, None, "label columns"),
     ("run_id", "RunId", None, None, "the run that trained the model"),
     ("retries", "Retries", [], None, "the fit's retries after a rank was lost outside the model's code (an "
-     "executor died): per retry, its attempt number, the epochs it resumed after (the next one ran again), the error"),
+     "executor died): per retry, its attempt number, the epochs it resumed after (the next one ran again), its "
+     "ranks (num_proc), the error"),
     ("_metadata", "_Metadata", None, None, "the training columns' types"),
 ]
 

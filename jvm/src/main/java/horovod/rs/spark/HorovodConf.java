@@ -34,6 +34,9 @@ public final class HorovodConf<T> {
             "spark.horovod.rs.startTimeout", s -> s.startTimeout.toMillis());
     public static final HorovodConf<Integer> FIT_ATTEMPTS = new HorovodConf<>(
             "spark.horovod.rs.fitAttempts", s -> s.fitAttempts);
+    /** Unset (null): a fit's later attempts wait for all of its ranks' slots. */
+    public static final HorovodConf<Integer> FIT_MIN_PROCESSES = new HorovodConf<>(
+            "spark.horovod.rs.fitMinProcesses", s -> s.fitMinProcesses);
     public static final HorovodConf<Double> GPUS_PER_RANK = new HorovodConf<>(
             "spark.horovod.rs.gpusPerRank", s -> s.gpusPerRank);
     /** On the JVM, true unless set to false: its driver runs inside the cluster, where the service is the fast way. */
@@ -44,7 +47,7 @@ public final class HorovodConf<T> {
     public static final List<HorovodConf<?>> ALL = List.of(
             CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, HIERARCHICAL_ALLREDUCE, TLS, FUSION_THRESHOLD_BYTES,
             CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS, CACHE_CAPACITY, START_TIMEOUT_MS, FIT_ATTEMPTS,
-            GPUS_PER_RANK, DRIVER_RENDEZVOUS);
+            FIT_MIN_PROCESSES, GPUS_PER_RANK, DRIVER_RENDEZVOUS);
 
     private final String key;
     private final Function<JobSettings, T> value;

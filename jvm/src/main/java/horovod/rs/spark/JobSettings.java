@@ -28,6 +28,8 @@ final class JobSettings implements Serializable {
     // The driver's own settings.
     final Duration startTimeout;
     final int fitAttempts;
+    /** The fewest ranks a fit's later attempt may run with; null: all of them. */
+    final Integer fitMinProcesses;
     final double gpusPerRank;
     final boolean driverRendezvous;
 
@@ -54,6 +56,7 @@ final class JobSettings implements Serializable {
         JsonNode driver = settings.get("driver");
         startTimeout = Duration.ofNanos(Math.round(driver.get("start_timeout_s").asDouble() * 1e9));
         fitAttempts = driver.get("fit_attempts").asInt();
+        fitMinProcesses = driver.get("fit_min_processes").isNull() ? null : driver.get("fit_min_processes").asInt();
         gpusPerRank = driver.get("gpus_per_rank").asDouble();
         // "auto" means the service here: the JVM's driver always runs inside the cluster.
         driverRendezvous = !driver.get("driver_rendezvous").asText().equals("off");
