@@ -9,7 +9,7 @@ world is decided by a coordinator on the driver, which outlives any rank:
   closes is a rank lost with its executor or Python worker);
 - to join a world, a task opens a rendezvous listener and sends its address; the coordinator
   forms a world (a *generation*) once every running member of the last one asked for the next,
-  ranks in the order of the last world, newcomers after them, at most ``max_num_proc``, at least
+  ranks in the order of the last world, newcomers after them (by slot), at most ``max_num_proc``, at least
   ``min_num_proc`` (else it waits ``elastic_timeout`` for slots), and sends each member its rank
   and everyone's address;
 - when a task Spark started later (an executor came back, a slot freed) waits to join, the
@@ -25,6 +25,8 @@ The first world waits for ``num_proc`` tasks (gang start, up to ``start_timeout`
 new worlds a job forms after its first.
 """
 
+import hmac
+import json
 import pickle
 import socket
 import struct
@@ -45,18 +47,49 @@ class Retired(BaseException):
     ``BaseException``, so that a training loop's ``except Exception`` lets it through)."""
 
 
+# The first message a task sends, before it has proven it belongs to the job, is JSON (nothing
+# of a stranger's is unpickled); after it, messages are pickled.
+HELLO_BYTES = 4096
+
+
 def send_message(connection, message):
-    data = pickle.dumps(message)
-    connection.sendall(struct.pack(">I", len(data)) + data)
+    _send_frame(connection, pickle.dumps(message))
 
 
 def receive_message(connection):
-    """The next message, or None when the other end closed the connection."""
+    """The next (pickled) message, or None when the other end closed the connection."""
+    data = _receive_frame(connection)
+    return None if data is None else pickle.loads(data)
+
+
+def send_hello(connection, token, slot, attempt, host):
+    _send_frame(connection, json.dumps({"token": token, "slot": slot, "attempt": attempt, "host": host}).encode())
+
+
+def receive_hello(connection, token):
+    """``(slot, attempt, host)`` of a task that sent the job's token first, else None."""
+    data = _receive_frame(connection, HELLO_BYTES)
+    try:
+        hello = json.loads(data)
+        if not hmac.compare_digest(str(hello["token"]), token):
+            return None
+        return int(hello["slot"]), int(hello["attempt"]), str(hello["host"])
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _send_frame(connection, data):
+    connection.sendall(struct.pack(">I", len(data)) + data)
+
+
+def _receive_frame(connection, limit=None):
     header = _receive_exactly(connection, 4)
     if header is None:
         return None
-    data = _receive_exactly(connection, struct.unpack(">I", header)[0])
-    return None if data is None else pickle.loads(data)
+    size = struct.unpack(">I", header)[0]
+    if limit is not None and size > limit:
+        return None
+    return _receive_exactly(connection, size)
 
 
 def _receive_exactly(connection, size):
@@ -159,12 +192,11 @@ class Coordinator:
                              name="horovod_rs-elastic-task").start()
 
     def _serve(self, connection, number):
-        hello = receive_message(connection)
-        if not isinstance(hello, tuple) or len(hello) != 5 or hello[0] != "hello" or hello[1] != self._token:
+        hello = receive_hello(connection, self._token)
+        if hello is None:
             connection.close()
             return
-        _, _, slot, attempt, host = hello
-        worker = _Worker(number, connection, slot, attempt, host)
+        worker = _Worker(number, connection, *hello)
         with self._lock:
             if self._result is not None or self._error is not None:
                 worker.send(("exit", None))
@@ -263,7 +295,7 @@ class Coordinator:
                    "; its rendezvous failed: " + "; ".join(errors) if errors else "")))
             return
         previous = [w for w in self._members if w in waiting]
-        newcomers = [w for w in waiting if w not in previous]
+        newcomers = sorted((w for w in waiting if w not in previous), key=lambda w: (w.slot, w.attempt))
         members = (previous + newcomers)[:self.max_np]
         entries = [w.entry for w in members]
         self._generation += 1
@@ -277,13 +309,13 @@ class Coordinator:
         seen = ", ".join(repr(w) for w in waiting) or "none"
         if first:
             return ElasticJobError(
-                "only %d of min_num_proc=%d tasks started within start_timeout (%.0f s); tasks seen: %s. Add "
+                "only %d of min_num_proc=%d tasks started within start_timeout (%g s); tasks seen: %s. Add "
                 "executors or cores, lower min_num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT"
                 % (len(waiting), self.min_np, timeout, seen))
         lost = [repr(w) for w in self._members if not w.alive]
         return ElasticJobError(
             "%d ranks remain after losing %s, fewer than min_num_proc=%d, and no new task joined within "
-            "elastic_timeout (%.0f s); ranks waiting: %s. The last committed state was world %d's"
+            "elastic_timeout (%g s); ranks waiting: %s. The last committed state was world %d's"
             % (len(waiting), ", ".join(lost) or "none", self.min_np, timeout, seen, self._generation))
 
     def _fail_locked(self, error):
@@ -316,7 +348,7 @@ class Member:
         self._grow_generation = -1
         self._generation = -1
         self._closed = False
-        send_message(self._connection, ("hello", token, slot, attempt, self.host))
+        send_hello(self._connection, token, slot, attempt, self.host)
         threading.Thread(target=self._read, name="horovod_rs-elastic-member", daemon=True).start()
 
     def _read(self):
