@@ -227,3 +227,19 @@ def test_garbage_on_the_port_does_not_disturb_the_job(garbage):
     thread.join(10)
     assert results(outcome) == [1]
     coord.close()
+
+
+def test_worlds_that_cannot_rendezvous_again_and_again_end_the_job_with_the_errors():
+    coord = coordinator(num_proc=2)
+    thread, outcome = waiting(coord)
+    a, b = FakeTask(coord, 0), FakeTask(coord, 1)
+    a.join()
+    b.join()
+    for _ in range(3):
+        a.next(), b.next()
+        a.join("rank 0 of 2: connection refused")
+        b.join("rank 1 of 2: timed out")
+    thread.join(10)
+    assert str(outcome["error"]) == ("3 worlds in a row could not rendezvous: rank 0 of 2: connection refused; "
+                                     "rank 1 of 2: timed out")
+    coord.close()

@@ -34,6 +34,9 @@ import threading
 import time
 
 POLL_S = 0.2
+# Worlds in a row whose members could not meet (each rendezvous failed) before the job gives up:
+# a fault that outlives a few new worlds (an unreachable port, a bad setting) will not pass.
+FAILED_RENDEZVOUS_LIMIT = 3
 # How long a task tries to reach the coordinator.
 CONNECT_TIMEOUT_S = 30
 
@@ -141,6 +144,7 @@ class Coordinator:
         self._members = []  # the current world, in rank order
         self._generation = -1
         self._grow_told = -1  # the generation whose members were told newcomers wait
+        self._failed_rendezvous = 0  # worlds in a row whose members could not meet
         self._need_since = time.time()  # since when a world is needed and none runs
         self._result = self._error = None
         self.worlds = []  # the size of every world formed, in order
@@ -287,8 +291,15 @@ class Coordinator:
                 return
             else:
                 return
+        errors = sorted({w.join_error for w in waiting if w.join_error})
+        # A world none of whose members could meet (every one asks again with an error) did not run.
+        previous_met = not self._members or any(w in waiting and not w.join_error for w in self._members)
+        self._failed_rendezvous = 0 if previous_met else self._failed_rendezvous + 1
+        if self._failed_rendezvous >= FAILED_RENDEZVOUS_LIMIT:
+            self._fail_locked(ElasticJobError(
+                "%d worlds in a row could not rendezvous: %s" % (self._failed_rendezvous, "; ".join(errors))))
+            return
         if not first and self._reset_limit is not None and self._generation >= self._reset_limit:
-            errors = sorted({w.join_error for w in waiting if w.join_error})
             self._fail_locked(ElasticJobError(
                 "the elastic job needs a new world after %d resets, its reset_limit; the last world had %d ranks%s"
                 % (self._generation, len(self._members),
