@@ -256,8 +256,8 @@ pub const SETTINGS: &[Setting] = &[
         variable: None,
         target: Target::Driver("fit_min_processes"),
         default: DefaultValue::Declared,
-        doc: "When a Python estimator's fit runs its barrier job again after losing a rank, how \
-              few ranks it may run with: the next attempt takes the task slots the cluster has \
+        doc: "When a fit runs its barrier job again after losing a rank, how few ranks it may \
+              run with: the next attempt takes the task slots the cluster has \
               then, down to this many (rows and steps per epoch rebalance over them), instead of \
               waiting for all of num_proc; unset: every attempt waits for num_proc.",
         parse_key: |value| match value.trim().parse::<u32>() {

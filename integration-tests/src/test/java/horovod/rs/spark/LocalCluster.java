@@ -37,6 +37,8 @@ public final class LocalCluster {
                 .config("spark.worker.resource.gpu.discoveryScript", resourcePath("fake-gpus.sh"))
                 .config("spark.executor.resource.gpu.amount", "1")
                 .config("spark.executor.resource.gpu.discoveryScript", resourcePath("fake-gpus.sh"))
+                // A fit that loses an executor goes on with the rank left (HorovodEstimatorIT).
+                .config("spark.horovod.rs.fitMinProcesses", "1")
                 .getOrCreate();
         awaitExecutors(spark, 2);
         return spark;

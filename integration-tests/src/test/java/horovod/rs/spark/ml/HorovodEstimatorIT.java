@@ -214,7 +214,9 @@ public class HorovodEstimatorIT {
     /**
      * An executor JVM killed with SIGKILL after the first epoch's checkpoint: the fit runs its ranks
      * again (spark.horovod.rs.fitAttempts), resumes from the checkpoint and ends with every epoch.
-     * In local-cluster the executors are child processes of this JVM; the worker starts a new one.
+     * In local-cluster the executors are child processes of this JVM; the worker starts a new one,
+     * but the second attempt does not wait for it: spark.horovod.rs.fitMinProcesses=1 (LocalCluster)
+     * lets it run on the one slot left.
      */
     @Test
     public void fitSurvivesAnExecutorKilledMidTrainingAndResumes() throws Exception {
@@ -237,6 +239,19 @@ public class HorovodEstimatorIT {
                     });
         }, "executor killer");
         killer.start();
+        // The tasks of each stage's last submission, by job description: the retry's barrier stage is its last.
+        Map<String, Integer> lastStageTasks = new java.util.concurrent.ConcurrentHashMap<>();
+        org.apache.spark.scheduler.SparkListener stages = new org.apache.spark.scheduler.SparkListener() {
+            @Override
+            public void onStageSubmitted(org.apache.spark.scheduler.SparkListenerStageSubmitted submitted) {
+                String description = submitted.properties() == null ? null
+                        : submitted.properties().getProperty("spark.job.description");
+                if (description != null) {
+                    lastStageTasks.put(description, submitted.stageInfo().numTasks());
+                }
+            }
+        };
+        spark.sparkContext().addSparkListener(stages);
         HorovodModel model;
         try {
             model = regressionEstimator().setEpochs(30).setTrainStepsPerEpoch(300).setStore(store).setRunId("killed")
@@ -244,8 +259,12 @@ public class HorovodEstimatorIT {
         } finally {
             killer.interrupt();
             killer.join();
+            spark.sparkContext().removeSparkListener(stages);
         }
         assertTrue("no executor was killed: the fit ended before its first checkpoint was seen", killed.get() > 0);
+        String retry = lastStageTasks.keySet().stream().filter(d -> d.endsWith(" attempt 2")).findFirst()
+                .orElseThrow(() -> new AssertionError("no second attempt among " + lastStageTasks.keySet()));
+        assertEquals("the second attempt ran on the one slot left", 1, (int) lastStageTasks.get(retry));
         assertEquals(30, model.getHistory().size());
         assertEquals(regression.count(), model.transform(regression).filter("NOT isnan(prediction)").count());
     }

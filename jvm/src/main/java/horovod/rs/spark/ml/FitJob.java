@@ -71,10 +71,8 @@ final class FitJob {
             progress.say("resuming run " + runId + " from its checkpoint in " + store.runPath(runId));
         }
 
-        Dataset<Row> selected = onePartitionPerRank(
-                dataset.select(columns.stream().map(Column::new).toArray(Column[]::new)), numProc);
+        Dataset<Row> selected = dataset.select(columns.stream().map(Column::new).toArray(Column[]::new));
         StructType selectedSchema = selected.schema();
-        RDD<InternalRow> rows = SparkShim.internalRows(selected);
         HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
         if (estimator.getUseGpu()) {
             LOG.warn(TRAINS_ON_CPU);
@@ -86,8 +84,8 @@ final class FitJob {
         String description = "horovod-rs: fit HorovodEstimator " + estimator.uid() + " (run " + runId + ", "
                 + numProc + " ranks, " + estimator.getEpochs() + " epochs)";
 
-        List<FitResult> results = runAttempts(rows, rank, options, description, store, runId, progress,
-                HorovodConf.FIT_ATTEMPTS.get(sc.getConf()));
+        List<FitResult> results = runAttempts(selected, numProc, rank, options, description, store, runId, progress,
+                HorovodConf.FIT_ATTEMPTS.get(sc.getConf()), HorovodConf.FIT_MIN_PROCESSES.get(sc.getConf()));
         FitResult first = checkIdentical(results);
         long dropped = results.stream().mapToLong(FitResult::droppedRows).sum();
         if (dropped > 0) {
@@ -105,11 +103,16 @@ final class FitJob {
     /**
      * Runs the ranks; when Spark loses one outside the trainer (an executor dies), runs them again,
      * {@code attempts} times in all. Each attempt's rank 0 resumes from the store's last
-     * checkpoint, so at most the epoch in flight runs twice; without a store it starts over.
+     * checkpoint, so at most the epoch in flight runs twice; without a store it starts over. An
+     * attempt after the first runs on fewer ranks when {@code minProcesses} allows it and the
+     * cluster has fewer slots then (the rows are repartitioned to the ranks it has).
      */
-    private static List<FitResult> runAttempts(RDD<InternalRow> rows, FitRank rank, HorovodRunOptions options,
-            String description, Store store, String runId, Progress progress, int attempts) {
+    private static List<FitResult> runAttempts(Dataset<Row> selected, int numProc, FitRank rank,
+            HorovodRunOptions options, String description, Store store, String runId, Progress progress, int attempts,
+            Integer minProcesses) {
+        int[] ranks = {numProc};
         return HorovodRunner.withAttempts(attempts, HorovodConf.FIT_ATTEMPTS.key(), attempt -> {
+            RDD<InternalRow> rows = SparkShim.internalRows(onePartitionPerRank(selected, ranks[0]));
             progress.start();
             try {
                 return HorovodRunner.runOnPartitions(rows, rank, options,
@@ -118,11 +121,25 @@ final class FitJob {
                 progress.stop();
             }
         }, (attempt, lost) -> {
+            ranks[0] = ranksForRetry(selected.sparkSession().sparkContext(), numProc, minProcesses);
             String retry = "attempt " + attempt + " lost a rank outside the trainer; attempt " + (attempt + 1) + " "
-                    + resumePoint(store, runId) + ": " + lost.getMessage();
+                    + resumePoint(store, runId) + " on " + ranks[0] + " ranks: " + lost.getMessage();
             LOG.warn(retry);
             progress.say(retry);
         });
+    }
+
+    /**
+     * How many ranks a fit's next attempt runs with: {@code numProc}, or, when {@code minimum}
+     * ({@code spark.horovod.rs.fitMinProcesses}) is set, the task slots the cluster has now if
+     * fewer, but not fewer than {@code minimum} (the attempt then waits for those).
+     */
+    static int ranksForRetry(SparkContext sc, int numProc, Integer minimum) {
+        if (minimum == null) {
+            return numProc;
+        }
+        int slots = sc.maxNumConcurrentTasks(sc.resourceProfileManager().defaultResourceProfile());
+        return Math.max(Math.min(minimum, numProc), Math.min(numProc, slots));
     }
 
     private static String resumePoint(Store store, String runId) {
