@@ -81,6 +81,9 @@ def test_fit_survives_an_executor_killed_in_epoch_two_and_resumes_from_its_check
     assert fitted.transform(df).selectExpr("avg(abs(y__output - y))").first()[0] < 0.5
 
 
+# make faults' spark-executor-killed kind kills an executor under the same job; the JVM's Run API
+# has HorovodRunnerIT.aLostExecutorRunsTheJobAgainWhenAsked in make test.
+@pytest.mark.slow
 def test_run_api_runs_again_when_asked_and_not_after_the_functions_own_error(spark, tmp_path):
     marker = str(tmp_path / "killed")
 

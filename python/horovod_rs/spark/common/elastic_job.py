@@ -196,10 +196,12 @@ class Coordinator:
                              name="horovod_rs-elastic-task").start()
 
     def _serve(self, connection, number):
+        connection.settimeout(CONNECT_TIMEOUT_S)  # a silent stranger does not keep a thread forever
         hello = receive_hello(connection, self._token)
         if hello is None:
             connection.close()
             return
+        connection.settimeout(None)
         worker = _Worker(number, connection, *hello)
         with self._lock:
             if self._result is not None or self._error is not None:
