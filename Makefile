@@ -251,9 +251,9 @@ CONNECT_SERVER_35 := 3.5.7
 # API, cancelling, the JVM estimator over Spark ML on Connect, and the Keras and Torch families'
 # fit, transform, persistence, Pipeline and errors (the one driver path of every family: CrossValidator,
 # prepared data and Lightning from a Connect client are make pyspark-connect-test-full's); on 3.5 the Run
-# API's results and errors, cancelling, the JVM estimator's clear refusal, and a Python
-# estimator's fit, transform, persistence and errors (Spark 3.5's Connect client has no JVM ML
-# stages, which the other tests use to build vectors).
+# API's results and errors, the JVM estimator's clear refusal, and a Python estimator's fit,
+# transform and persistence (Spark 3.5's Connect client has no JVM ML stages, which the other
+# tests use to build vectors; cancelling and errors take the same calls as on the newest line).
 CONNECT_RUN_TESTS_35 := $(addprefix test_run.py::,test_results_come_back_in_rank_order \
                     test_a_failing_fn_fails_the_job_with_its_traceback \
                     test_more_processes_than_slots_fail_within_the_start_timeout)
@@ -269,10 +269,9 @@ PYSPARK_CONNECT_TESTS := $(CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_torch_estimator.py::test_fits_learns_and_transforms \
                     test_torch_estimator.py::test_estimator_saves_and_loads \
                     test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training
-PYSPARK_CONNECT_TESTS_35 := $(CONNECT_RUN_TESTS_35) test_cancel.py test_estimator.py \
+PYSPARK_CONNECT_TESTS_35 := $(CONNECT_RUN_TESTS_35) test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
-                    test_keras_estimator.py::test_estimators_save_and_load \
-                    test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank
+                    test_keras_estimator.py::test_estimators_save_and_load
 pyspark_connect_tests = $(addprefix integration-tests/python/,$(if $(filter $(LINE_35),$(1)),$(PYSPARK_CONNECT_TESTS_35),$(PYSPARK_CONNECT_TESTS)))
 
 # Every PySpark test that can run from a Connect client, on the newest line (not in make test).
