@@ -60,6 +60,8 @@ import threading
 import time
 import uuid
 
+from fault_spark_driver import executor_of  # the executor JVM among a rank's parents, as the ranks find it
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
@@ -187,7 +189,7 @@ def run_spark_executor_killed(kind, timeout_s):
             if os.path.exists(pid_file):
                 with open(pid_file) as f:
                     writer_pid = int(f.read())
-                writer = _executor_of(writer_pid)
+                writer = executor_of(writer_pid)
         while not ready() and driver.poll() is None and time.time() < deadline:
             time.sleep(0.001 if mode == "fit" else 0.2)
         executors = [p for p in _processes_with(marker) if b"CoarseGrainedExecutorBackend" in _cmdline(p)]
@@ -210,23 +212,10 @@ def run_spark_executor_killed(kind, timeout_s):
         if mode == "fit":
             time.sleep(0.5)
             WRITER_KILLS[bool(ready())] += 1
-        try:
-            driver.wait(timeout=SPARK_RECOVERY_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-            _leftovers(marker, segments_before, 0)
-            return "hangs", "the driver did not end within %d s of the kill" % SPARK_RECOVERY_S
-        leaked = _leftovers(marker, segments_before, timeout_s + SPARK_END_S)
-        path = os.path.join(result_dir, "result.json")
-        if not os.path.exists(path):
-            return "crashes", "the driver ended (%s) without a result: %s" % (driver.returncode, _tail(output, reader))
-        with open(path) as f:
-            result = json.load(f)
-        if leaked:
-            return "leaks", "; ".join(leaked)
-        if "error" in result:
-            return "unexpected", "not recovered: %s" % result["error"][-500:]
+        result, failure = _driver_result(driver, output, reader, marker, segments_before, timeout_s, result_dir,
+                                         SPARK_RECOVERY_S, "of the kill")
+        if failure:
+            return failure
         if mode == "run":
             # Every rank's last sum; and the kill did land on the first attempt.
             recovered = result["results"] == [2.0, 2.0] and "starting attempt 2" in _output(output, reader)
@@ -257,23 +246,10 @@ def run_spark_elastic(kind, timeout_s):
     reader = threading.Thread(target=lambda: output.append(driver.stdout.read()), daemon=True)
     reader.start()
     try:
-        try:
-            driver.wait(timeout=SPARK_START_S + SPARK_RECOVERY_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-            _leftovers(marker, segments_before, 0)
-            return "hangs", "the driver did not end within %d s" % (SPARK_START_S + SPARK_RECOVERY_S)
-        leaked = _leftovers(marker, segments_before, timeout_s + SPARK_END_S)
-        path = os.path.join(result_dir, "result.json")
-        if not os.path.exists(path):
-            return "crashes", "the driver ended (%s) without a result: %s" % (driver.returncode, _tail(output, reader))
-        with open(path) as f:
-            result = json.load(f)
-        if leaked:
-            return "leaks", "; ".join(leaked)
-        if "error" in result:
-            return "unexpected", "not recovered: %s" % result["error"][-500:]
+        result, failure = _driver_result(driver, output, reader, marker, segments_before, timeout_s, result_dir,
+                                         SPARK_START_S + SPARK_RECOVERY_S, "of its start")
+        if failure:
+            return failure
         results = result["results"]
         steps, sizes = results[0]["step"], results[0]["sizes"]
         counted_once = len(sizes) == steps and all(r == results[0] for r in results)
@@ -288,21 +264,33 @@ def run_spark_elastic(kind, timeout_s):
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
+def _driver_result(driver, output, reader, marker, segments_before, timeout_s, result_dir, wait_s, since):
+    """Waits ``wait_s`` for a Spark trial's driver to end, then reads its ``result.json``: returns
+    ``(result, None)``, or ``(None, (class, detail))`` when it hung, ended without a result, left
+    something behind or did not recover."""
+    try:
+        driver.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+        _leftovers(marker, segments_before, 0)
+        return None, ("hangs", "the driver did not end within %d s %s" % (wait_s, since))
+    leaked = _leftovers(marker, segments_before, timeout_s + SPARK_END_S)
+    path = os.path.join(result_dir, "result.json")
+    if not os.path.exists(path):
+        return None, ("crashes", "the driver ended (%s) without a result: %s" % (driver.returncode,
+                                                                              _tail(output, reader)))
+    with open(path) as f:
+        result = json.load(f)
+    if leaked:
+        return None, ("leaks", "; ".join(leaked))
+    if "error" in result:
+        return None, ("unexpected", "not recovered: %s" % result["error"][-500:])
+    return result, None
+
+
 # Mid-checkpoint trials whose kill cut a checkpoint's write off (True), or came as it ended (False).
 WRITER_KILLS = {True: 0, False: 0}
-
-
-def _executor_of(pid):
-    """The executor JVM among ``pid``'s ancestors (a rank runs in its Python worker), if any."""
-    while pid > 1:
-        if b"CoarseGrainedExecutorBackend" in _cmdline(pid):
-            return pid
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
-        except OSError:
-            return None
-    return None
 
 
 def _cmdline(pid):

@@ -48,6 +48,15 @@ class FakeTask:
         self.connection.close()
 
 
+def in_first_world(coord):
+    """Two tasks that joined the coordinator's first world (of 2)."""
+    a, b = FakeTask(coord, 0), FakeTask(coord, 1)
+    a.join()
+    b.join()
+    a.next(), b.next()
+    return a, b
+
+
 def waiting(coord):
     """The job's outcome, from a thread: wait() blocks."""
     outcome = {}
@@ -114,10 +123,7 @@ def test_a_lost_rank_makes_a_smaller_world_of_the_survivors_in_their_order_and_a
 def test_too_few_ranks_for_the_elastic_timeout_fail_naming_the_lost_and_the_waiting():
     coord = coordinator(num_proc=2, min_np=2, elastic_timeout=0.5)
     thread, outcome = waiting(coord)
-    a, b = FakeTask(coord, 0), FakeTask(coord, 1)
-    a.join()
-    b.join()
-    a.next(), b.next()
+    a, b = in_first_world(coord)
     b.die()
     a.join()
     thread.join(10)
@@ -131,10 +137,7 @@ def test_too_few_ranks_for_the_elastic_timeout_fail_naming_the_lost_and_the_wait
 def test_every_rank_lost_fails_after_the_elastic_timeout():
     coord = coordinator(num_proc=2, min_np=1, elastic_timeout=0.5)
     thread, outcome = waiting(coord)
-    a, b = FakeTask(coord, 0), FakeTask(coord, 1)
-    a.join()
-    b.join()
-    a.next(), b.next()
+    a, b = in_first_world(coord)
     a.die()
     b.die()
     thread.join(10)
@@ -185,10 +188,7 @@ def test_more_worlds_than_the_reset_limit_fail_with_the_rendezvous_errors():
 def test_a_ranks_own_failure_ends_the_job_before_the_failures_that_follow_it():
     coord = coordinator(num_proc=2)
     thread, outcome = waiting(coord)
-    a, b = FakeTask(coord, 0), FakeTask(coord, 1)
-    a.join()
-    b.join()
-    a.next(), b.next()
+    a, b = in_first_world(coord)
     b.fail("rank 1 gives up")
     thread.join(10)
     assert "rank 1 of 2 failed:" in str(outcome["error"]) and "rank 1 gives up" in str(outcome["error"])
