@@ -35,6 +35,8 @@ line_gradle     = $(GRADLE) --project-cache-dir build/$(1)/.gradle -PsparkLine=$
 line_venv       = $(if $(filter $(LINE_35),$(1)),$(VENV_35),$(VENV))
 line_spark_home = $(abspath $(call line_venv,$(1))/lib/python3.11/site-packages/pyspark)
 line_spark_env  = SPARK_HOME=$(call line_spark_home,$(1)) PYSPARK_PYTHON=$(abspath $(call line_venv,$(1)))/bin/python
+# The Java a line's classes target (build.gradle's `java`): 8 for Spark 3.5, 17 for Spark 4.
+line_java       = $(if $(filter spark3.5%,$(1)),8,17)
 spark_args      = --master '$(MASTER)' --jars $(1) --conf spark.plugins=horovod.rs.spark.HorovodPlugin \
                   --conf spark.ui.enabled=false --driver-java-options '-Dlog4j2.configurationFile=examples/log4j2.properties'
 
@@ -74,7 +76,7 @@ demo-run-api: tools jar-release
 # were slower than in turn on 2 cores (each starts a Spark cluster and Python workers that import
 # TensorFlow or torch).
 LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
-                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs
+                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.vermin
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
 TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test elastic-test \
          python-test flyte-test faults-quick
@@ -168,12 +170,14 @@ cargo-test-build:
 	cargo test -p horovod-core --features cuda --no-run --lib --test engine_processes
 
 # Gradle stays quiet; the summary lists every test and ends with a pass/fail count.
-# The unit tests run on every line (Spark's jars from Maven Central).
+# The unit tests run on every line (Spark's jars from Maven Central); then the line's jar is
+# checked to hold no class newer than the line's Java (under a second).
 java-test: $(addprefix java-test-,$(LINES))
 $(addprefix java-test-,$(LINES)): java-test-%: native-debug
 	rm -rf build/$*/test-results/test
-	$(call line_gradle,$*) test --continue || true
+	$(call line_gradle,$*) test jar --continue || true
 	python3 scripts/junit_summary.py build/$*/test-results/test
+	python3 scripts/check_classfiles.py --java $(call line_java,$*) $(call line_jar,$*)
 
 # The JVM integration tests of each tested line on its pyspark's Spark: all of them on the newest
 # line; on Spark 3.5 (CI's time is short) the Run API's (its native estimator is fitted there from
@@ -302,11 +306,14 @@ $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 	$(PIP) install -q ./python
 	touch $@
 
+# vermin: horovod_rs's Python sources need nothing newer than Python 3.10 (its oldest wheel's);
+# then the Spark side's unit tests (and horovod_rs's refusal of an older Python);
 # Horovod's PyTorch API under the launcher with 2 and 3 processes, the launcher
 # itself, a Horovod-style training script (exits 1 below 90% accuracy), the tf.keras API with 2
 # processes on Keras 3 and on Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1), and the TensorFlow API
 # with 2 and 3 (and 2 on Keras 2).
-python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pytest
+python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pytest $(VENV)/.vermin
+	$(VENV)/bin/vermin --target=3.10- --no-tips --violations python/horovod_rs
 	$(VENV)/bin/pytest -q -p no:cacheprovider python/tests_spark
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	$(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
@@ -318,6 +325,10 @@ python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pyt
 	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 
+$(VENV)/.vermin: | $(PYTHON)
+	$(PIP) install -q vermin
+	touch $@
+
 # tensorboard: the estimators write TensorBoard logs to the store when it is installed.
 # tf_keras: Keras 2, which most Horovod scripts were written for.
 $(VENV)/.tensorflow: | $(PYTHON)
@@ -327,8 +338,10 @@ $(VENV)/.tensorflow: | $(PYTHON)
 ## Distribution --------------------------------------------------------------
 
 # `make dist` writes build/dist/: maven/, a Maven repository of every line's jar with its sources
-# jar and POM (for spark-submit --packages), and horovod_rs wheels (abi3, manylinux2014) for
-# x86_64 and aarch64 that carry the jars. zig links the native code for glibc 2.17
+# jar and POM (for spark-submit --packages), and horovod_rs wheels (manylinux2014) for x86_64 and
+# aarch64 that carry the jars: an abi3 wheel for CPython 3.11 and later, and a cp310 wheel for
+# CPython 3.10 (no stable-ABI buffer protocol before 3.11), which maturin --zig builds from the
+# interpreter data it carries, without a Python 3.10 here. zig links the native code for glibc 2.17
 # (cargo-zigbuild, maturin --zig). rustup's rustc compiles for x86_64, Debian's for aarch64, as
 # only Debian's packages bring an aarch64 standard library here (scripts/debian_rustc.sh).
 # `make dist DIST_ARCHS=x86_64` leaves aarch64 out. Then dist-check tries what it built.
@@ -345,6 +358,10 @@ dist_target_dir  = $(if $(filter aarch64,$(1)),target/debian-rustc,target)
 comma           := ,
 empty           :=
 DIST_PLATFORMS  := $(subst $(empty) $(empty),$(comma),$(addprefix linux-,$(DIST_ARCHS)))
+# The wheels of each architecture, by tag: the abi3 one (the binding's default features) and one
+# for CPython 3.10's own ABI.
+WHEEL_TAGS      := cp311-abi3 cp310-cp310
+wheel_args       = $(if $(filter cp310-cp310,$(1)),--no-default-features -i python3.10)
 
 dist: dist-jars dist-wheels dist-check
 
@@ -377,22 +394,28 @@ dist-wheels: dist-jars $(VENV)/.dist-tools
 	rm -rf python/horovod_rs/jars $(DIST)/*.whl && mkdir -p python/horovod_rs/jars
 	cp $(foreach line,$(LINES),$(DIST)/maven/horovod/rs/horovod-rs-$(line)/$(VERSION)/horovod-rs-$(line)-$(VERSION).jar) \
 	  python/horovod_rs/jars/
-	cd python && $(foreach arch,$(DIST_ARCHS),$(call dist_env,$(arch)) maturin build --release --zig \
-	  --compatibility manylinux2014 --features cuda --target $(arch)-unknown-linux-gnu --out $(abspath $(DIST)) &&) true; \
+	cd python && $(foreach arch,$(DIST_ARCHS),$(foreach tag,$(WHEEL_TAGS),$(call dist_env,$(arch)) maturin build --release \
+	  --zig --compatibility manylinux2014 --features cuda $(call wheel_args,$(tag)) --target $(arch)-unknown-linux-gnu \
+	  --out $(abspath $(DIST)) &&)) true; \
 	  built=$$?; rm -rf horovod_rs/jars; exit $$built
 
 # The artifacts as users get them: readelf finds no glibc symbol newer than 2.17 in any library;
+# each architecture has an abi3 and a cp310 wheel, each with the extension module its tag names;
+# no jar holds a class newer than its line's Java (8 for Spark 3.5: no JDK 8 runs them here);
 # fresh environments (no Rust on PATH) install the x86_64 wheel with each tested pyspark and run
 # horovod_rs.spark.run and the estimator; spark-submit --packages takes the 4.x jar from the
 # Maven repository. `make dist` runs it on every build; it is not part of `make test`, whose
 # debug builds it would have to replace with release builds for two platforms.
 dist-check:
-	python3 scripts/check_native.py --glibc 2.17 --platforms $(DIST_PLATFORMS) $(DIST)
+	python3 scripts/check_native.py --glibc 2.17 --platforms $(DIST_PLATFORMS) \
+	  --wheel-tags $(subst $(space),$(comma),$(WHEEL_TAGS)) $(DIST)
+	$(foreach line,$(LINES),python3 scripts/check_classfiles.py --java $(call line_java,$(line)) \
+	  $(DIST)/maven/horovod/rs/horovod-rs-$(line)/$(VERSION)/horovod-rs-$(line)-$(VERSION).jar &&) true
 	rm -rf $(DIST_TEST)
 	for pyspark in $(PYSPARK_VERSION) $(PYSPARK_35); do \
 	  python3 -m venv $(DIST_TEST)/pyspark-$$pyspark && \
 	  env -u SPARK_HOME PATH=/usr/bin:/bin $(DIST_TEST)/pyspark-$$pyspark/bin/pip install -q \
-	    $(DIST)/horovod_rs-$(VERSION)-*_x86_64.whl pyspark==$$pyspark numpy && \
+	    $(DIST)/horovod_rs-$(VERSION)-cp311-abi3-*_x86_64.whl pyspark==$$pyspark numpy && \
 	  env -u SPARK_HOME PYSPARK_PYTHON=$(abspath $(DIST_TEST))/pyspark-$$pyspark/bin/python \
 	    $(DIST_TEST)/pyspark-$$pyspark/bin/python integration-tests/dist/check_install.py wheel || exit 1; \
 	done

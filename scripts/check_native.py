@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Checks the native code inside jars and wheels: every shared library needs no glibc symbol
-newer than --glibc (readelf's version needs), and every jar has a library for each --platforms
-entry and lists exactly those in native/platforms.txt.
+newer than --glibc (readelf's version needs), every jar has a library for each --platforms
+entry and lists exactly those in native/platforms.txt, and with --wheel-tags there is one wheel
+per tag and platform, whose extension module is the one its tag's interpreters load
+(_native.abi3.so in an abi3 wheel, _native.cpython-310-x86_64-linux-gnu.so in a cp310 one).
 
-Usage: check_native.py --glibc 2.17 --platforms linux-x86_64,linux-aarch64 FILE_OR_DIR...
+Usage: check_native.py --glibc 2.17 --platforms linux-x86_64,linux-aarch64 [--wheel-tags cp310-cp310,cp311-abi3]
+       FILE_OR_DIR...
 (directories are searched for *.jar and *.whl; sources jars have no native code and are skipped).
 Prints one line per library and exits 1 on the first kind of problem it reports.
 """
@@ -17,6 +20,8 @@ from pathlib import Path
 
 GLIBC = re.compile(r"Name: GLIBC_(\d+(?:\.\d+)+)")
 MACHINE = re.compile(r"Machine:\s+(.+)")
+# horovod_rs-<version>-<python tag>-<abi tag>-<platform tags>.whl, e.g. ...-cp310-cp310-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+WHEEL = re.compile(r"^horovod_rs-[^-]+-(?P<python>cp\d+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$")
 
 
 def version(text):
@@ -61,14 +66,43 @@ def check_platforms(archive, names, expected):
     return problems
 
 
+def check_wheels(wheels, tags, platforms):
+    """Problems with the wheels as a set: one per tag and platform, each with its tag's module."""
+    problems, found = [], {}
+    for wheel in wheels:
+        match = WHEEL.match(wheel.name)
+        if not match:
+            problems.append("%s: not a horovod_rs wheel name" % wheel.name)
+            continue
+        arch = match["platform"].split(".")[0].split("_", 1)[1]
+        tag = "%s-%s" % (match["python"], match["abi"])
+        found[tag, arch] = found.get((tag, arch), 0) + 1
+        expected = ("horovod_rs/_native.abi3.so" if match["abi"] == "abi3"
+                    else "horovod_rs/_native.cpython-%s-%s-linux-gnu.so" % (match["python"][2:], arch))
+        modules = [name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("horovod_rs/_native.")]
+        print("%s: %s" % (wheel.name, ", ".join(modules) or "no extension module"))
+        if modules != [expected]:
+            problems.append("%s: has %s, expected %s" % (wheel.name, modules, expected))
+    for tag in tags:
+        for platform in platforms:
+            count = found.get((tag, platform.split("-", 1)[1]), 0)
+            if count != 1:
+                problems.append("%d %s wheels for %s, expected one" % (count, tag, platform))
+    return problems
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--glibc", required=True, help="newest glibc symbol version allowed, e.g. 2.17")
     parser.add_argument("--platforms", required=True, help="platforms every jar must carry, comma-separated")
+    parser.add_argument("--wheel-tags", help="interpreter-abi tags with one wheel per platform, comma-separated")
     parser.add_argument("paths", nargs="+")
     args = parser.parse_args()
     expected = sorted(args.platforms.split(","))
     problems, libraries = [], 0
+    if args.wheel_tags:
+        wheels = [archive for archive in archives(args.paths) if archive.suffix == ".whl"]
+        problems += check_wheels(wheels, args.wheel_tags.split(","), expected)
     for archive in archives(args.paths):
         with zipfile.ZipFile(archive) as zipped:
             names = zipped.namelist()

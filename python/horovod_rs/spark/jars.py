@@ -37,7 +37,9 @@ def spark_line(spark_version=None, scala_version=None):
     parts = spark_version.split(".")
     spark = "3.5" if parts[:2] == ["3", "5"] else parts[0] if parts[0] == "4" else None
     if spark is None:
-        raise RuntimeError("horovod-rs has jars for Spark 3.5 and 4.x; this Spark is %s" % spark_version)
+        raise RuntimeError("horovod-rs has jars for Spark 3.5 and 4.x; this Spark is %s, which horovod-rs does not "
+                           "support (its ranks run as a barrier stage of a DataFrame, which came with Spark 3.5)"
+                           % spark_version)
     scala = scala_version or _installed_scala() or _DEFAULT_SCALA[spark]
     return "spark%s_%s" % (spark, ".".join(scala.split(".")[:2]))
 

@@ -68,8 +68,8 @@ abstract class ColumnReader {
                 }
             };
         }
-        if (type instanceof ArrayType array && element(array.elementType()) != null) {
-            ElementGetter element = element(array.elementType());
+        ElementGetter element = type instanceof ArrayType ? element(((ArrayType) type).elementType()) : null;
+        if (element != null) {
             return new ColumnReader(field.name(), ordinal, -1) {
                 @Override
                 Status read(InternalRow row) {
@@ -94,7 +94,8 @@ abstract class ColumnReader {
                 }
             };
         }
-        if (type instanceof VectorUDT udt) {
+        if (type instanceof VectorUDT) {
+            VectorUDT udt = (VectorUDT) type;
             return new ColumnReader(field.name(), ordinal, -1) {
                 @Override
                 Status read(InternalRow row) {
@@ -140,7 +141,8 @@ abstract class ColumnReader {
         if (type == ShortType$.MODULE$) return InternalRow::getShort;
         if (type == ByteType$.MODULE$) return InternalRow::getByte;
         if (type == BooleanType$.MODULE$) return (row, i) -> row.getBoolean(i) ? 1 : 0;
-        if (type instanceof DecimalType decimal) {
+        if (type instanceof DecimalType) {
+            DecimalType decimal = (DecimalType) type;
             return (row, i) -> row.getDecimal(i, decimal.precision(), decimal.scale()).toDouble();
         }
         return null;

@@ -44,7 +44,7 @@ public final class HorovodConf<T> {
             "spark.horovod.rs.driverRendezvous", s -> s.driverRendezvous);
 
     /** All keys, in the native table's order. */
-    public static final List<HorovodConf<?>> ALL = List.of(
+    public static final List<HorovodConf<?>> ALL = Lists.of(
             CONNECT_TIMEOUT_MS, COLLECTIVE_TIMEOUT_MS, HIERARCHICAL_ALLREDUCE, TLS, FUSION_THRESHOLD_BYTES,
             CYCLE_TIME_MS, STALL_WARNING_MS, STALL_TIMEOUT_MS, CACHE_CAPACITY, START_TIMEOUT_MS, FIT_ATTEMPTS,
             FIT_MIN_PROCESSES, GPUS_PER_RANK, DRIVER_RENDEZVOUS);

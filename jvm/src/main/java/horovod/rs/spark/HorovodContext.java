@@ -35,7 +35,7 @@ public final class HorovodContext {
         this.size = size;
         this.localRank = localRank;
         this.localSize = localSize;
-        this.gpuAddresses = List.copyOf(gpuAddresses);
+        this.gpuAddresses = Lists.copyOf(gpuAddresses);
         this.engine = engine;
     }
 
@@ -472,8 +472,8 @@ public final class HorovodContext {
     }
 
     private static <A> A awaitAndClose(HorovodHandle<A> handle) {
-        try (handle) {
-            return handle.await();
+        try (HorovodHandle<A> owned = handle) {
+            return owned.await();
         }
     }
 

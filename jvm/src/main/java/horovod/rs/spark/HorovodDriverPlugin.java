@@ -1,5 +1,6 @@
 package horovod.rs.spark;
 
+import java.util.Collections;
 import java.util.Map;
 import org.apache.spark.SparkContext;
 import org.apache.spark.api.plugin.DriverPlugin;
@@ -18,8 +19,8 @@ final class HorovodDriverPlugin implements DriverPlugin {
         // Parsing every key now turns a typo in a timeout into an error at start, not mid-job.
         HorovodRunOptions options = HorovodRunOptions.fromConf(sc.getConf());
         LOG.info("horovod-rs {} ({}) driver plugin ready (start timeout {} s, connect timeout {} s, "
-                + "collective timeout {} s)", build.version(), build.line(), options.startTimeout().toSeconds(),
-                options.connectTimeout().toSeconds(), options.collectiveTimeout().toSeconds());
-        return Map.of();
+                + "collective timeout {} s)", build.version(), build.line(), options.startTimeout().getSeconds(),
+                options.connectTimeout().getSeconds(), options.collectiveTimeout().getSeconds());
+        return Collections.emptyMap();
     }
 }

@@ -13,6 +13,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.BiConsumer;
 import java.util.function.IntFunction;
+import java.util.stream.Collectors;
 import java.util.stream.IntStream;
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkJobInfo;
@@ -62,7 +63,7 @@ public final class HorovodRunner {
         if (numProc < 1) {
             throw new IllegalArgumentException("numProc must be at least 1, got " + numProc);
         }
-        List<Integer> rankIds = IntStream.range(0, numProc).boxed().toList();
+        List<Integer> rankIds = IntStream.range(0, numProc).boxed().collect(Collectors.toList());
         RDD<Integer> seeds = JavaSparkContext.fromSparkContext(spark.sparkContext()).parallelize(rankIds, numProc).rdd();
         return withAttempts(options.maxAttempts(), "HorovodRunOptions.withMaxAttempts",
                 attempt -> runOnPartitions(seeds, (ctx, partition) -> fn.call(ctx), options,
@@ -152,7 +153,7 @@ public final class HorovodRunner {
         while (slots < numProc) {
             if (System.nanoTime() > deadline) {
                 throw new HorovodTimeoutException("the cluster has " + slots + " task slots for " + numProc
-                        + " ranks after waiting " + options.startTimeout().toSeconds() + " s (add executors or "
+                        + " ranks after waiting " + options.startTimeout().getSeconds() + " s (add executors or "
                         + "cores, lower numProc, or raise " + HorovodConf.START_TIMEOUT_MS.key() + ")");
             }
             sleep(POLL_MS);
@@ -201,7 +202,7 @@ public final class HorovodRunner {
                     if (!allStarted && System.nanoTime() > deadline) {
                         sc.cancelJobGroup(group);
                         throw new HorovodTimeoutException("only " + running + " of " + numProc
-                                + " ranks started within " + options.startTimeout().toSeconds() + " s: other jobs "
+                                + " ranks started within " + options.startTimeout().getSeconds() + " s: other jobs "
                                 + "hold the cluster's task slots (free them, lower numProc, or raise "
                                 + HorovodConf.START_TIMEOUT_MS.key() + ")");
                     }

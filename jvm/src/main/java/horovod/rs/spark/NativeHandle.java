@@ -1,6 +1,9 @@
 package horovod.rs.spark;
 
-import java.lang.ref.Cleaner;
+import java.lang.ref.PhantomReference;
+import java.lang.ref.ReferenceQueue;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.LongConsumer;
 
 /**
@@ -9,15 +12,25 @@ import java.util.function.LongConsumer;
  * <p>Subclasses serialise their native calls on this object ({@code synchronized}) and pass
  * {@link #live()}; {@link #close()} frees the native object exactly once, after which every
  * call fails with a message naming what was closed instead of touching freed memory. An owner
- * that becomes unreachable without being closed is freed by a {@link Cleaner}: a safety net
- * against leaks, not a substitute for {@code close()} (it runs late, on the cleaner's thread).
+ * that becomes unreachable without being closed is freed by a daemon thread that watches it through
+ * a phantom reference (what Java 9's {@code Cleaner} does; the Spark 3.5 jars run on Java 8): a
+ * safety net against leaks, not a substitute for {@code close()} (it runs late, on that thread).
  */
 abstract class NativeHandle implements AutoCloseable {
-    private static final Cleaner CLEANER = Cleaner.create();
+    private static final ReferenceQueue<NativeHandle> UNREACHABLE = new ReferenceQueue<>();
+    /** The watches of owners not yet freed, kept reachable until they have run. */
+    private static final Set<Watch> WATCHED = ConcurrentHashMap.newKeySet();
+
+    static {
+        Thread cleaner = new Thread(NativeHandle::freeUnreachable, "horovod-rs-native-cleaner");
+        cleaner.setDaemon(true);
+        cleaner.setContextClassLoader(null);    // pins no task's class loader
+        cleaner.start();
+    }
 
     private final String what;
     private final Owned owned;
-    private final Cleaner.Cleanable cleanable;
+    private final Watch watch;
 
     /**
      * @param free frees a handle; must not refer to this object (it also runs once this object
@@ -26,7 +39,7 @@ abstract class NativeHandle implements AutoCloseable {
     NativeHandle(String what, long handle, LongConsumer free) {
         this.what = what;
         this.owned = new Owned(handle, free);
-        this.cleanable = CLEANER.register(this, owned);
+        this.watch = new Watch(this, owned);
     }
 
     /** The handle, for a native call; fails if the object is closed. */
@@ -52,7 +65,36 @@ abstract class NativeHandle implements AutoCloseable {
 
     @Override
     public final synchronized void close() {
-        cleanable.clean();
+        watch.clean();
+    }
+
+    private static void freeUnreachable() {
+        while (true) {
+            try {
+                ((Watch) UNREACHABLE.remove()).clean();
+            } catch (InterruptedException e) {
+                return;
+            } catch (RuntimeException e) {
+                // A failed free leaks one object; the thread goes on freeing the others (as Cleaner's does).
+            }
+        }
+    }
+
+    /** Runs the owner's cleaning action once: on close, or once the owner is unreachable. */
+    private static final class Watch extends PhantomReference<NativeHandle> {
+        private final Owned owned;
+
+        Watch(NativeHandle owner, Owned owned) {
+            super(owner, UNREACHABLE);
+            this.owned = owned;
+            WATCHED.add(this);
+        }
+
+        void clean() {
+            if (WATCHED.remove(this)) {
+                owned.run();
+            }
+        }
     }
 
     /** The handle and how to free it: the cleaning action, which must not reach the owner. */

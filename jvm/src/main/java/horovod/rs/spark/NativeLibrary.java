@@ -1,12 +1,15 @@
 package horovod.rs.spark;
 
+import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.Locale;
+import java.util.stream.Collectors;
 
 /**
  * Loads the native engine once per class loader.
@@ -58,11 +61,9 @@ public final class NativeLibrary {
                 : os.startsWith("linux") ? "linux"
                 : os.startsWith("windows") ? "windows"
                 : os.replaceAll("\\W", "");
-        String archPart = switch (arch) {
-            case "amd64", "x86_64", "x64" -> "x86_64";
-            case "aarch64", "arm64" -> "aarch64";
-            default -> arch.replaceAll("\\W", "");
-        };
+        String archPart = arch.equals("amd64") || arch.equals("x86_64") || arch.equals("x64") ? "x86_64"
+                : arch.equals("aarch64") || arch.equals("arm64") ? "aarch64"
+                : arch.replaceAll("\\W", "");
         return osPart + "-" + archPart;
     }
 
@@ -108,7 +109,8 @@ public final class NativeLibrary {
             if (in == null) {
                 return "none (native/platforms.txt is missing)";
             }
-            return String.join(", ", new String(in.readAllBytes(), StandardCharsets.UTF_8).strip().split("\\s+"));
+            BufferedReader lines = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
+            return lines.lines().map(String::trim).filter(line -> !line.isEmpty()).collect(Collectors.joining(", "));
         } catch (IOException e) {
             return "unknown (" + e.getMessage() + ")";
         }

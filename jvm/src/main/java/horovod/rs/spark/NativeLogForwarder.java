@@ -75,11 +75,20 @@ final class NativeLogForwarder {
             message = "rank " + fields[1] + ": " + message;
         }
         switch (fields[0]) {
-            case "ERROR" -> LOG.error(message);
-            case "WARN" -> LOG.warn(message);
-            case "INFO" -> LOG.info(message);
-            case "DEBUG" -> LOG.debug(message);
-            default -> LOG.trace(message);
+            case "ERROR":
+                LOG.error(message);
+                break;
+            case "WARN":
+                LOG.warn(message);
+                break;
+            case "INFO":
+                LOG.info(message);
+                break;
+            case "DEBUG":
+                LOG.debug(message);
+                break;
+            default:
+                LOG.trace(message);
         }
     }
 }

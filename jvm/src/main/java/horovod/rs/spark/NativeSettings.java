@@ -19,7 +19,35 @@ final class NativeSettings {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     /** One setting as the table declares it; {@code variable} is null where Horovod has none. */
-    record Row(String key, String variable, String defaultValue, String doc) {}
+    static final class Row {
+        private final String key;
+        private final String variable;
+        private final String defaultValue;
+        private final String doc;
+
+        Row(String key, String variable, String defaultValue, String doc) {
+            this.key = key;
+            this.variable = variable;
+            this.defaultValue = defaultValue;
+            this.doc = doc;
+        }
+
+        String key() {
+            return key;
+        }
+
+        String variable() {
+            return variable;
+        }
+
+        String defaultValue() {
+            return defaultValue;
+        }
+
+        String doc() {
+            return doc;
+        }
+    }
 
     private NativeSettings() {}
 

@@ -2,6 +2,7 @@ package horovod.rs.spark;
 
 import java.io.Serializable;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import org.apache.spark.BarrierTaskContext;
 import org.apache.spark.SparkEnv;
@@ -102,7 +103,7 @@ final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankO
 
     /** The partition as a Java iterator (Scala's own converters differ between Scala 2.12 and 2.13). */
     private static <I> java.util.Iterator<I> asJava(Iterator<I> partition) {
-        return new java.util.Iterator<>() {
+        return new java.util.Iterator<I>() {
             @Override
             public boolean hasNext() {
                 return partition.hasNext();
@@ -121,6 +122,6 @@ final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankO
 
     private static List<String> gpuAddresses(BarrierTaskContext task) {
         ResourceInformation gpus = task.resourcesJMap().get("gpu");
-        return gpus == null ? List.of() : List.of(gpus.addresses());
+        return gpus == null ? Collections.emptyList() : Lists.of(gpus.addresses());
     }
 }

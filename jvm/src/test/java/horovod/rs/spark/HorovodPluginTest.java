@@ -18,10 +18,16 @@ public class HorovodPluginTest {
 
     @Test
     public void anOldJavaIsToldWhatItNeeds() {
-        assertEquals("horovod-rs needs Java 17 or newer, but this JVM is Java 1.8 (1.8.0_412 in /usr/lib/jvm/zulu8). "
-                + "Run Spark on Java 17 or newer: set JAVA_HOME for spark-submit, or on Databricks Runtime 15.4 LTS "
-                + "the cluster's environment variable JNAME=zulu17-ca-amd64 (docs/databricks.md).",
-                HorovodPlugin.tooOld("1.8", "1.8.0_412", "/usr/lib/jvm/zulu8"));
+        assertEquals("horovod-rs needs Java 17 or newer, but this JVM is Java 11 (11.0.24 in /usr/lib/jvm/zulu11). "
+                + "Run Spark on Java 17 or newer (set JAVA_HOME for spark-submit), or use the jar of a Spark line "
+                + "built for this Java: the Spark 3.5 jars run on Java 8 (docs/install.md).",
+                HorovodPlugin.tooOld(17, "11", "11.0.24", "/usr/lib/jvm/zulu11"));
+    }
+
+    /** The plugin asks for the Java the line's classes target: 8 on Spark 3.5, 17 on Spark 4. */
+    @Test
+    public void theRequiredJavaIsTheLinesTarget() {
+        assertEquals(BuildInfo.current().line().startsWith("spark3.5") ? 8 : 17, HorovodPlugin.REQUIRED_JAVA);
     }
 
     /** Java 8 reads class files up to version 52: the plugin's must be one, or it never gets to say the above. */

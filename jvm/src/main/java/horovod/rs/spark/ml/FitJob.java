@@ -6,6 +6,7 @@ import horovod.rs.spark.HorovodConf;
 import horovod.rs.spark.HorovodException;
 import horovod.rs.spark.HorovodRunOptions;
 import horovod.rs.spark.HorovodRunner;
+import horovod.rs.spark.Lists;
 import horovod.rs.spark.shim.SparkShim;
 import horovod.rs.spark.store.Store;
 import java.time.LocalDateTime;
@@ -23,6 +24,7 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.BooleanType$;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.NumericType;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
@@ -94,8 +96,8 @@ final class FitJob {
         progress.finish(first.historyJson());
         HorovodModel model = new HorovodModel(estimator.uid() + "_model", first.model(), first.historyJson());
         model.setParent(estimator);
-        model.setFeatureCols(features.toArray(String[]::new));
-        model.setOutputCols(Schemas.outputColumns(estimator, info).toArray(String[]::new));
+        model.setFeatureCols(features.toArray(new String[0]));
+        model.setOutputCols(Schemas.outputColumns(estimator, info).toArray(new String[0]));
         model.setModelSpec(spec);
         return model;
     }
@@ -166,7 +168,7 @@ final class FitJob {
             throw new IllegalArgumentException("no label columns: call setLabelCols with one column per model output "
                     + info.outputNames());
         }
-        List<String> labels = List.of(estimator.getLabelCols());
+        List<String> labels = Lists.of(estimator.getLabelCols());
         if (labels.size() != info.outputNames().size()) {
             throw new IllegalArgumentException("labelCols " + labels + " must name one column per model output "
                     + info.outputNames());
@@ -205,7 +207,7 @@ final class FitJob {
         optimizer.put("weight_decay", estimator.getWeightDecay());
         optimizer.put("epsilon", estimator.getEpsilon());
         config.put("loss", estimator.getLoss());
-        config.putPOJO("metrics", List.of(estimator.getMetrics()));
+        config.putPOJO("metrics", Lists.of(estimator.getMetrics()));
         validation.writeTo(config);
         if (!estimator.getMonitor().isEmpty()) {
             config.put("monitor", estimator.getMonitor());
@@ -225,14 +227,30 @@ final class FitJob {
     }
 
     /** The validation param: none, a column of the DataFrame, or a fraction of each rank's rows. */
-    record Validation(String column, double fraction) {
+    static final class Validation {
+        private final String column;
+        private final double fraction;
+
+        private Validation(String column, double fraction) {
+            this.column = column;
+            this.fraction = fraction;
+        }
+
+        String column() {
+            return column;
+        }
+
+        double fraction() {
+            return fraction;
+        }
+
         static Validation parse(String value, StructType schema) {
             if (value == null || value.isEmpty()) {
                 return new Validation(null, 0);
             }
-            List<String> names = List.of(schema.fieldNames());
+            List<String> names = Lists.of(schema.fieldNames());
             if (names.contains(value)) {
-                var type = schema.apply(value).dataType();
+                DataType type = schema.apply(value).dataType();
                 if (!(type instanceof NumericType) && !type.equals(BooleanType$.MODULE$)) {
                     throw new IllegalArgumentException("validation column '" + value + "' is " + type.simpleString()
                             + "; it must be boolean or numeric (nonzero marks a validation row)");

@@ -1,14 +1,15 @@
 package horovod.rs.spark.ml;
 
 import horovod.rs.spark.HorovodContext;
+import horovod.rs.spark.Lists;
 import horovod.rs.spark.NativeTable;
 import horovod.rs.spark.NativeTrainer;
 import horovod.rs.spark.PartitionFunction;
 import horovod.rs.spark.store.Store;
+import java.math.BigInteger;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
-import java.util.HexFormat;
 import java.util.Iterator;
 import java.util.List;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -36,8 +37,8 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
     FitRank(StructType schema, List<String> columns, List<String> labelColumns, boolean dropInvalidRows,
             String modelSpec, String trainConfig, Store store, String runId) {
         this.schema = schema;
-        this.columns = List.copyOf(columns);
-        this.labelColumns = List.copyOf(labelColumns);
+        this.columns = Lists.copyOf(columns);
+        this.labelColumns = Lists.copyOf(labelColumns);
         this.dropInvalidRows = dropInvalidRows;
         this.modelSpec = modelSpec;
         this.trainConfig = trainConfig;
@@ -77,7 +78,7 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
 
     private static String sha256(byte[] bytes) {
         try {
-            return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(bytes));
+            return String.format("%064x", new BigInteger(1, MessageDigest.getInstance("SHA-256").digest(bytes)));
         } catch (NoSuchAlgorithmException e) {
             throw new IllegalStateException("every Java runtime has SHA-256", e);
         }

@@ -8,6 +8,7 @@ import java.io.UncheckedIOException;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.io.IOUtils;
 
 /** Whole files through Hadoop's FileSystem, resolved as Spark ML resolves its save paths. */
 final class HadoopFiles {
@@ -29,7 +30,7 @@ final class HadoopFiles {
         Path source = new Path(path);
         try (InputStream in = source.getFileSystem(conf).open(source)) {
             ByteArrayOutputStream out = new ByteArrayOutputStream();
-            in.transferTo(out);
+            IOUtils.copyBytes(in, out, 65536, false);
             return out.toByteArray();
         } catch (IOException e) {
             throw new UncheckedIOException("could not read " + path + ": " + e.getMessage(), e);

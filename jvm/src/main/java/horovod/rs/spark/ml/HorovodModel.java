@@ -11,6 +11,7 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
@@ -177,7 +178,7 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
         @Override
         public void saveImpl(String path) {
             SparkShim.saveMetadata(model, path, sparkSession());
-            var conf = sparkSession().sparkContext().hadoopConfiguration();
+            Configuration conf = sparkSession().sparkContext().hadoopConfiguration();
             HadoopFiles.write(conf, path + "/data/model.bin", model.weights);
             HadoopFiles.write(conf, path + "/data/history.json", model.historyJson.getBytes(StandardCharsets.UTF_8));
         }
@@ -188,7 +189,7 @@ public final class HorovodModel extends Model<HorovodModel> implements ModelPara
         public HorovodModel load(String path) {
             DefaultParamsReader.Metadata metadata = SparkShim.loadMetadata(path, sparkSession(),
                     HorovodModel.class.getName());
-            var conf = sparkSession().sparkContext().hadoopConfiguration();
+            Configuration conf = sparkSession().sparkContext().hadoopConfiguration();
             byte[] weights = HadoopFiles.read(conf, path + "/data/model.bin");
             String history = new String(HadoopFiles.read(conf, path + "/data/history.json"), StandardCharsets.UTF_8);
             HorovodModel model = new HorovodModel(metadata.uid(), weights, history);

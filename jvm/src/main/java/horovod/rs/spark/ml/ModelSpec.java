@@ -3,6 +3,7 @@ package horovod.rs.spark.ml;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import horovod.rs.spark.Lists;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -70,7 +71,7 @@ public final class ModelSpec implements Serializable {
         /** An input of float features: the given numeric, array or vector columns, concatenated. */
         public Builder floatInput(String name, String... columns) {
             ObjectNode input = input(name, "float");
-            input.putPOJO("columns", List.of(columns.length == 0 ? new String[] {name} : columns));
+            input.putPOJO("columns", Lists.of(columns.length == 0 ? new String[] {name} : columns));
             return this;
         }
 
@@ -82,7 +83,7 @@ public final class ModelSpec implements Serializable {
         /** A categorical input named {@code name} read from {@code column}. */
         public Builder categoricalInput(String name, String column, int vocabulary) {
             ObjectNode input = input(name, "categorical");
-            input.putPOJO("columns", List.of(column));
+            input.putPOJO("columns", Lists.of(column));
             input.put("vocabulary", vocabulary);
             return this;
         }
@@ -124,7 +125,7 @@ public final class ModelSpec implements Serializable {
         /** Joins its inputs side by side. */
         public Builder concatenate(String name, String... inputs) {
             ObjectNode layer = layer(name, "concatenate", null);
-            layer.putPOJO("inputs", List.of(inputs));
+            layer.putPOJO("inputs", Lists.of(inputs));
             for (String input : inputs) {
                 requireDefined(input, name);
             }
@@ -176,7 +177,7 @@ public final class ModelSpec implements Serializable {
             ObjectNode spec = JSON.createObjectNode();
             spec.set("inputs", inputs.deepCopy());
             spec.set("layers", layers.deepCopy());
-            spec.putPOJO("outputs", List.copyOf(outputs));
+            spec.putPOJO("outputs", Lists.copyOf(outputs));
             return new ModelSpec(spec.toString());
         }
 

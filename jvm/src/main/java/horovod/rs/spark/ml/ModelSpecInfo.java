@@ -2,6 +2,7 @@ package horovod.rs.spark.ml;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import horovod.rs.spark.Lists;
 import horovod.rs.spark.NativePredictor;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -9,8 +10,30 @@ import java.util.ArrayList;
 import java.util.List;
 
 /** What a model spec reads (input columns) and produces (named outputs and their widths). */
-record ModelSpecInfo(List<String> inputColumns, List<String> outputNames, List<Integer> outputWidths) {
+final class ModelSpecInfo {
     private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final List<String> inputColumns;
+    private final List<String> outputNames;
+    private final List<Integer> outputWidths;
+
+    private ModelSpecInfo(List<String> inputColumns, List<String> outputNames, List<Integer> outputWidths) {
+        this.inputColumns = Lists.copyOf(inputColumns);
+        this.outputNames = Lists.copyOf(outputNames);
+        this.outputWidths = Lists.copyOf(outputWidths);
+    }
+
+    List<String> inputColumns() {
+        return inputColumns;
+    }
+
+    List<String> outputNames() {
+        return outputNames;
+    }
+
+    List<Integer> outputWidths() {
+        return outputWidths;
+    }
 
     /** Checks the spec natively (the trainer's own parser) and describes it. */
     static ModelSpecInfo of(String modelSpecJson) {
@@ -28,6 +51,6 @@ record ModelSpecInfo(List<String> inputColumns, List<String> outputNames, List<I
             names.add(output.get(0).asText());
             widths.add(output.get(1).asInt());
         });
-        return new ModelSpecInfo(List.copyOf(inputs), List.copyOf(names), List.copyOf(widths));
+        return new ModelSpecInfo(inputs, names, widths);
     }
 }

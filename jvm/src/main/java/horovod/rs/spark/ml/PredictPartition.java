@@ -1,14 +1,15 @@
 package horovod.rs.spark.ml;
 
+import horovod.rs.spark.Lists;
 import horovod.rs.spark.NativePredictor;
 import horovod.rs.spark.NativeTable;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
-import org.apache.spark.util.TaskCompletionListener;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.ml.linalg.VectorUDT;
 import org.apache.spark.ml.linalg.Vectors;
@@ -16,6 +17,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.JoinedRow;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.TaskCompletionListener;
 
 /**
  * Inference over one partition: rows go to the native model a batch at a time (as Arrow
@@ -35,10 +37,10 @@ final class PredictPartition implements FlatMapFunction<Iterator<InternalRow>, I
     PredictPartition(StructType schema, List<String> features, String modelSpec, Broadcast<byte[]> model,
             List<Integer> outputWidths, int batchRows) {
         this.schema = schema;
-        this.features = List.copyOf(features);
+        this.features = Lists.copyOf(features);
         this.modelSpec = modelSpec;
         this.model = model;
-        this.outputWidths = List.copyOf(outputWidths);
+        this.outputWidths = Lists.copyOf(outputWidths);
         this.batchRows = batchRows;
     }
 
@@ -101,7 +103,7 @@ final class PredictPartition implements FlatMapFunction<Iterator<InternalRow>, I
                 return false;
             }
             try (NativeTable table = NativeTable.fromRows(batch.iterator(), schema,
-                    features, List.of(), false, batch.size())) {
+                    features, Collections.emptyList(), false, batch.size())) {
                 outputs = predictor.predict(table);
             }
             return true;

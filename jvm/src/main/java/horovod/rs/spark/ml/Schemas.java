@@ -1,5 +1,6 @@
 package horovod.rs.spark.ml;
 
+import horovod.rs.spark.Lists;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -22,20 +23,20 @@ final class Schemas {
             throw new IllegalArgumentException("the model spec reads columns " + missing
                     + " that are not among featureCols " + features);
         }
-        return List.copyOf(features);
+        return Lists.copyOf(features);
     }
 
     /** The output columns: the set ones, else "prediction" for one output, else the outputs' names. */
     static List<String> outputColumns(ModelParams params, ModelSpecInfo spec) {
         String[] set = params.getOutputCols();
         if (set.length == 0) {
-            return spec.outputNames().size() == 1 ? List.of("prediction") : spec.outputNames();
+            return spec.outputNames().size() == 1 ? Lists.of("prediction") : spec.outputNames();
         }
         if (set.length != spec.outputNames().size()) {
             throw new IllegalArgumentException("outputCols " + Arrays.toString(set) + " must name one column per model "
                     + "output " + spec.outputNames());
         }
-        return List.of(set);
+        return Lists.of(set);
     }
 
     /** Fails, naming the column and what exists, unless {@code column} is in {@code schema}. */

@@ -12,6 +12,7 @@ import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.io.IOUtils;
 import org.apache.spark.util.SerializableConfiguration;
 
 /**
@@ -49,7 +50,7 @@ public final class Store implements Serializable {
     public static Store create(String uri, Configuration hadoopConf) {
         Objects.requireNonNull(uri, "the store URI must not be null");
         Objects.requireNonNull(hadoopConf, "the Hadoop configuration must not be null");
-        String trimmed = uri.strip();
+        String trimmed = uri.trim();
         if (trimmed.isEmpty()) {
             throw new IllegalArgumentException("the store URI is empty");
         }
@@ -109,7 +110,7 @@ public final class Store implements Serializable {
             }
             try (InputStream in = fs.open(source)) {
                 ByteArrayOutputStream out = new ByteArrayOutputStream();
-                in.transferTo(out);
+                IOUtils.copyBytes(in, out, 65536, false);
                 return Optional.of(out.toByteArray());
             }
         } catch (IOException e) {
