@@ -76,7 +76,7 @@ demo-run-api: tools jar-release
 # were slower than in turn on 2 cores (each starts a Spark cluster and Python workers that import
 # TensorFlow or torch).
 LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
-                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.vermin
+                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
 TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test elastic-test \
          python-test flyte-test faults-quick
@@ -207,7 +207,8 @@ $(addprefix scala-example-,$(TESTED_LINES)): scala-example-%: spark-envs jar-%
 # The Python estimators (KerasEstimator, ...) train in the same Python workers.
 pyspark-test: $(addprefix pyspark-test-,$(TESTED_LINES))
 $(addprefix pyspark-test-,$(TESTED_LINES)): pyspark-test-%: spark-envs jar-% $(VENV)/.pytest $(VENV)/.horovod_rs \
-                                                         $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras
+                                                         $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
+                                                         $(VENV)/.mlflow
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 \
 	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=build/$*/pytest \
 	  -m "$(PYSPARK_MARKS)" $(call pyspark_tests,$*)
@@ -232,7 +233,7 @@ elastic-test: spark-envs jar-$(LINE) $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)
 
 pyspark-connect-test: $(addprefix pyspark-connect-test-,$(TESTED_LINES))
 $(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spark-envs jar-% $(VENV)/.pytest \
-    $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras $(VENV)/.connect
+    $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras $(VENV)/.connect $(VENV)/.mlflow
 	$(call line_spark_env,$*) HOROVOD_RS_JAR=$(abspath $(call line_jar,$*)) TF_CPP_MIN_LOG_LEVEL=3 HOROVOD_RS_TEST_CONNECT=1 \
 	  $(if $(filter $(LINE_35),$*),HOROVOD_RS_CONNECT_SERVER_VERSION=$(CONNECT_SERVER_35)) \
 	  $(call line_venv,$*)/bin/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=build/$*/pytest-connect \
@@ -240,20 +241,22 @@ $(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spar
 
 # Every PySpark test runs on the newest line; on Spark 3.5 (CI's time is short) what depends on
 # the Spark version: the Run API's results and errors, the native estimator's wrapper, the jars,
-# and each Python estimator family's fit, transform and persistence (3.5's Connect run cancels).
+# and the Keras and Torch families' fit, transform and persistence (3.5's Connect run cancels;
+# Lightning trains through the Torch family's driver and data path, which has nothing of its own
+# per Spark line).
 PYSPARK_TESTS_35 = $(CONNECT_RUN_TESTS_35) test_estimator.py test_jars.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_save_load_and_pipeline \
-                    test_torch_estimator.py::test_two_inputs_two_outputs_weights_validation_column_and_persistence \
-                    test_lightning_estimator.py::test_fits_with_legacy_hooks_transforms_and_loads
+                    test_torch_estimator.py::test_two_inputs_two_outputs_weights_validation_column_and_persistence
 pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/python/,$(PYSPARK_TESTS_35)),integration-tests/python)
 # Spark 3.5's Connect server: the newest spark-connect_2.12 Maven Central serves here (the line's
 # patch releases speak the same protocol).
 CONNECT_SERVER_35 := 3.5.7
 # From a Connect client, what depends on the driver path (classic runs cover the rest, which the
 # ranks do the same way under both, as in the Run API's stress test): on the newest line the Run
-# API, cancelling, the JVM estimator over Spark ML on Connect, and the Keras and Torch families'
-# fit, transform, persistence, Pipeline and errors (the one driver path of every family: CrossValidator,
+# API, cancelling, the JVM estimator over Spark ML on Connect, the Keras family's fit, transform,
+# persistence, Pipeline and errors, and the Torch family's persistence and store check (the one
+# driver path of every family: CrossValidator,
 # prepared data and Lightning from a Connect client are make pyspark-connect-test-full's); on 3.5 the Run
 # API's results and errors, the JVM estimator's clear refusal, and a Python estimator's fit,
 # transform and persistence (Spark 3.5's Connect client has no JVM ML stages, which the other
@@ -270,7 +273,6 @@ PYSPARK_CONNECT_TESTS := $(CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_keras_estimator.py::test_bad_columns_and_models_are_named_before_any_job \
                     test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank \
-                    test_torch_estimator.py::test_fits_learns_and_transforms \
                     test_torch_estimator.py::test_estimator_saves_and_loads \
                     test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training
 PYSPARK_CONNECT_TESTS_35 := $(CONNECT_RUN_TESTS_35) test_estimator.py \
@@ -290,6 +292,12 @@ $(VENV)/.connect: | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 # The Lightning estimator's tests need Lightning (the `lightning` extra of python/pyproject.toml).
 $(VENV)/.estimator-extras: | $(VENV)/.torch
 	$(PIP) install -q pytorch-lightning
+	touch $@
+
+# MLflow's client (mlflow-skinny: no server): the Python estimators log to MLflow when it is installed.
+# It logs the Keras and PyTorch flavors' models; it needs cachetools < 8 and importlib_metadata < 10.
+$(VENV)/.mlflow: | $(PYTHON)
+	$(PIP) install -q mlflow-skinny
 	touch $@
 
 # pyarrow, pandas and fsspec: what the Python estimators need besides pyspark (the `spark` extra).
@@ -425,6 +433,30 @@ dist-check:
 	  --conf spark.jars.ivy=$(abspath $(DIST_TEST))/ivy --conf spark.plugins=horovod.rs.spark.HorovodPlugin \
 	  --conf spark.ui.enabled=false integration-tests/dist/check_install.py packages
 
+# In make test, what can break `make dist` without building its artifacts: the dist tools answer;
+# apt has the Debian rustc scripts/debian_rustc.sh unpacks (--check: nothing downloaded); the
+# newest line's mavenRepo packs the debug library laid out as dist-native lays it out into a
+# Maven repository under build/dist-smoke (jar, sources jar, POM, checksums; check_native.py
+# finds the library and platforms.txt, the glibc limit being this host's own); maturin packs
+# python/ as an sdist of the version dist names its files with.
+DIST_SMOKE      := build/dist-smoke
+DIST_SMOKE_REPO  = $(DIST_SMOKE)/maven/horovod/rs/horovod-rs-$(LINE)/$(VERSION)
+dist-smoke: native-debug $(VENV)/.dist-tools
+	rm -rf $(DIST_SMOKE) && mkdir -p $(DIST_SMOKE)/native/linux-$(shell uname -m)
+	$(VENV)/bin/maturin --version && $(VENV)/bin/cargo-zigbuild --version && $(PYTHON) -m ziglang version
+	bash scripts/debian_rustc.sh --check $(dir $(DIST_RUSTC))
+	cp target/debug/libhorovod_rs_jni.so $(DIST_SMOKE)/native/linux-$(shell uname -m)/
+	$(GRADLE) --project-cache-dir build/release/$(LINE)/.gradle -PsparkLine=$(LINE) \
+	  -PnativeDir=$(abspath $(DIST_SMOKE)/native) -PmavenDir=$(abspath $(DIST_SMOKE)/maven) mavenRepo
+	cd $(DIST_SMOKE_REPO) && for file in horovod-rs-$(LINE)-$(VERSION){.jar,-sources.jar,.pom}; do \
+	  test "$$(sha1sum < $$file | cut -c1-40)" = "$$(cat $$file.sha1)" || { echo "dist-smoke: $$file or its .sha1 is wrong"; exit 1; }; \
+	done
+	grep -q "<artifactId>horovod-rs-$(LINE)</artifactId>" $(DIST_SMOKE_REPO)/horovod-rs-$(LINE)-$(VERSION).pom
+	python3 scripts/check_native.py --glibc $(lastword $(shell getconf GNU_LIBC_VERSION)) \
+	  --platforms linux-$(shell uname -m) $(DIST_SMOKE)/maven
+	cd python && $(abspath $(VENV))/bin/maturin sdist --out $(abspath $(DIST_SMOKE))
+	tar -xzOf $(DIST_SMOKE)/horovod_rs-$(VERSION).tar.gz horovod_rs-$(VERSION)/PKG-INFO | grep -x "Version: $(VERSION)"
+
 ## Rossmann --------------------------------------------------------------------
 
 .PHONY: rossmann rossmann-torch flyte-test
@@ -448,13 +480,15 @@ rossmann-torch: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.pytest
 	@mkdir -p build/rossmann
 	cd build/rossmann && $(abspath $(PYTHON)) ../../examples/rossmann/torch_spark_rossmann.py $(ROSSMANN_ARGS)
 
-# The Rossmann pipeline as a Flyte workflow, run by Flyte's local execution (`pyflyte run`):
-# 8 generated stores, 1 epoch, so it checks the pipeline, not the model (make rossmann does):
-# the task fails unless every test row has a finite prediction in the submission.
+# The Rossmann pipeline as a Flyte workflow, run by Flyte's local execution (`pyflyte run`) on 8
+# generated stores: the task fails unless every test row has a finite prediction in the submission
+# and the model beats predicting each store's median sales (RMSPE 0.23 on these stores; the model
+# reaches about 0.11 in 4 epochs, 0.19 in 3).
+FLYTE_ARGS := --stores 8 --max_val_rmspe 0.2
 flyte-test: $(VENV)/.horovod_rs $(VENV)/.tensorflow $(VENV)/.pytest $(VENV)/.flyte
 	@mkdir -p build/flyte
 	cd build/flyte && TF_CPP_MIN_LOG_LEVEL=3 $(abspath $(VENV))/bin/pyflyte run ../../examples/rossmann/flyte_rossmann.py \
-	  rossmann --stores 8 --epochs 1 > flyte.log 2>&1 || { tail -40 flyte.log; exit 1; }
+	  rossmann $(FLYTE_ARGS) > flyte.log 2>&1 || { tail -40 flyte.log; exit 1; }
 	@grep "rossmann flyte:" build/flyte/flyte.log
 
 # Flyte's SDK and its Spark plugin (their dependencies agree with the project's environment).

@@ -4,7 +4,7 @@ predicts the test set; the workflow returns the validation RMSPE and the submiss
 
 Run locally (Flyte's local execution starts a local Spark session for the task):
 
-    pyflyte run examples/rossmann/flyte_rossmann.py rossmann --stores 20 --epochs 1
+    pyflyte run examples/rossmann/flyte_rossmann.py rossmann --stores 20 --max_val_rmspe 0.2
 
 On a Flyte cluster with the Spark operator, the same task runs on the Spark cluster Flyte starts
 for it (the image needs horovod_rs, tensorflow and this directory). The other way Flyte runs
@@ -65,8 +65,8 @@ def prepare_train_predict(data_dir: str, stores: int, num_proc: int, epochs: int
 
 
 @workflow
-def rossmann(data_dir: str = "", stores: int = 20, num_proc: int = 2, epochs: int = 1, batch_size: int = 256,
-             learning_rate: float = 0.001, max_val_rmspe: float = 0.0) -> Result:
+def rossmann(data_dir: str = "", stores: int = 20, num_proc: int = 2, epochs: int = 5, batch_size: int = 64,
+             learning_rate: float = 0.003, max_val_rmspe: float = 0.0) -> Result:
     """The Rossmann tutorial end to end: data preparation, training and prediction in one Spark task."""
     return prepare_train_predict(data_dir=data_dir, stores=stores, num_proc=num_proc, epochs=epochs,
                                  batch_size=batch_size, learning_rate=learning_rate, max_val_rmspe=max_val_rmspe)

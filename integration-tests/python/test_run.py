@@ -10,7 +10,7 @@ from horovod_rs.spark.run_api import HorovodRunError
 
 # Runs of the canonical function in the stress test, ranks leaving in either order (before the fix,
 # 1 run in 3 put a rank in a job of one); the two tests after it force each order.
-STRESS_RUNS = 6
+STRESS_RUNS = 3
 
 
 # Functions defined in the tests (not at module level) travel by value: the executors' Python
