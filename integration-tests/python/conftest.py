@@ -75,3 +75,14 @@ def spark(tmp_path_factory):
     session = builder.getOrCreate()
     yield session
     session.stop()
+
+
+@pytest.fixture
+def mlflow_run(tmp_path, monkeypatch):
+    """An MLflow run active on the driver, tracked in a local file store (MLflow 3 keeps its file
+    store only when asked to); yields the run's id."""
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    with mlflow.start_run() as run:
+        yield run.info.run_id

@@ -42,7 +42,7 @@ def small_estimator(**params):
     return HorovodEstimator(modelSpec=SPEC, labelCols=["y"], numProc=2, epochs=1, batchSize=64, verbose=0, **params)
 
 
-def test_fit_and_transform_from_python(ml_spark):
+def test_fit_and_transform_from_python(ml_spark, mlflow_run):
     df = data(ml_spark)
     model = HorovodEstimator(
         modelSpec=SPEC, labelCols=["y"], numProc=2, loss="mse", learningRate=0.01,
@@ -54,6 +54,13 @@ def test_fit_and_transform_from_python(ml_spark):
     assert history[-1]["val_loss"] < 0.05, history[-1]
     mse = model.transform(df).selectExpr("avg(pow(prediction - y, 2))").first()[0]
     assert mse < 0.05
+    # The MLflow run active on the driver: the params and the history's metrics (step: the epoch, from 0).
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    assert client.get_run(mlflow_run).data.params["learningRate"] == "0.01"
+    logged = client.get_metric_history(mlflow_run, "val_loss")
+    assert [(m.step, m.value) for m in logged] == [(e, pytest.approx(h["val_loss"])) for e, h in enumerate(history)]
 
 
 def test_bad_params_and_columns_are_named(ml_spark):

@@ -47,7 +47,7 @@ def store(tmp_path):
     return Store.create(str(tmp_path / "store"))
 
 
-def test_fit_predicts_and_reports_horovods_history(spark, store):
+def test_fit_predicts_and_reports_horovods_history(spark, store, mlflow_run):
     from horovod_rs.tensorflow.keras.callbacks import BestModelCheckpoint
 
     df = linear_rows(spark)
@@ -63,6 +63,19 @@ def test_fit_predicts_and_reports_horovods_history(spark, store):
     # The returned model trains on alone: its learning rate is the user's, not scaled by the ranks.
     assert np.isclose(float(model.getModel().optimizer.learning_rate.numpy()), 0.01)
     assert store.exists(store.get_run_path(model.getRunId()) + "/state.json")
+    # MLflow's run, active on the driver: the params, each epoch's metrics (step: the epoch), the model.
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    params = client.get_run(mlflow_run).data.params
+    assert (params["epochs"], params["loss"], params["optimizer"], params["optimizer_lr"]) == ("4", "mse", "Adam", "0.01")
+    # (MLflow logs the last epoch's again when it links the model to them.)
+    logged = {m.step: m.value for m in client.get_metric_history(mlflow_run, "val_loss")}
+    assert sorted(logged) == [0, 1, 2, 3]
+    assert np.allclose([logged[step] for step in range(4)], history["val_loss"])
+    loaded = mlflow.keras.load_model("runs:/%s/model" % mlflow_run)
+    x = [np.array([[0.5]], np.float32), np.array([[-0.25]], np.float32)]
+    assert np.allclose(loaded.predict(x, verbose=0), model.getModel().predict(x, verbose=0))
 
 
 def test_validation_fraction_and_sample_weights(spark, store):

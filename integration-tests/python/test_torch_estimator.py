@@ -53,6 +53,14 @@ def regression(spark, rows=2000):
     return VectorAssembler(inputCols=["x1", "x2"], outputCol="features").transform(df)
 
 
+def closed_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def estimator(store, **kwargs):
     model = kwargs.pop("model", None) or Linear()
     params = dict(num_proc=2, store=store, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
@@ -62,10 +70,13 @@ def estimator(store, **kwargs):
     return TorchEstimator(**params)
 
 
-def test_fits_learns_and_transforms(spark, tmp_path):
+def test_fits_learns_and_transforms(spark, tmp_path, mlflow_run, capsys):
     df = regression(spark)
     store = Store.create(str(tmp_path))
-    model = estimator(store, epochs=3, validation=0.2, metrics=[[lambda out, y: (out - y).abs().mean()]]).fit(df)
+    model = estimator(store, epochs=3, validation=0.2, metrics=[[lambda out, y: (out - y).abs().mean()]],
+                      verbose=1).fit(df)
+    # The driver's progress, one line per epoch here (not a terminal), besides the ranks' lines.
+    assert "horovod_rs: TorchEstimator.fit: epoch 3/3 done in " in capsys.readouterr().out
     history = model.getHistory()
     assert [h["epoch"] for h in history] == [0, 1, 2]
     assert set(history[-1]) == {"epoch", "train", "validation"}
@@ -82,6 +93,21 @@ def test_fits_learns_and_transforms(spark, tmp_path):
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
     assert all(p is q for p, q in zip(optimizer.param_groups[0]["params"], model.getModel().parameters()))
     assert store.exists(store.get_logs_path(model.getRunId()))  # TensorBoard events
+    # MLflow's run, active on the driver: the params, each epoch's metrics (step: the epoch), the model.
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    params = client.get_run(mlflow_run).data.params
+    assert (params["epochs"], params["loss"], params["optimizer"], params["optimizer_lr"]) == \
+        ("3", "mse_loss", "SGD", "0.05")
+    for name, stage in (("train/loss", "train"), ("validation/loss", "validation")):
+        # (MLflow logs the last epoch's again when it links the model to them.)
+        logged = {m.step: m.value for m in client.get_metric_history(mlflow_run, name)}
+        assert logged == {h["epoch"]: pytest.approx(h[stage]["loss"]) for h in history}
+    assert {m.step for m in client.get_metric_history(mlflow_run, "validation/group_0_y")} == {0, 1, 2}
+    loaded = mlflow.pytorch.load_model("runs:/%s/model" % mlflow_run)
+    x = torch.tensor([[0.5, -0.25]])
+    assert torch.allclose(loaded(x), model.getModel()(x))
 
 
 def test_two_inputs_two_outputs_weights_validation_column_and_persistence(spark, tmp_path):
@@ -125,12 +151,29 @@ def test_estimator_saves_and_loads(spark, tmp_path):
     assert isinstance(loaded.getModel(), Linear) and loaded.getLoss() is F.mse_loss
 
 
-def test_resumes_a_run_by_id_with_fp16_gradients_and_loss_constructors(spark, tmp_path):
+def test_resumes_a_run_by_id_with_fp16_gradients_and_loss_constructors(spark, tmp_path, monkeypatch):
+    import time
+    import warnings
+
+    from horovod_rs.spark.common.tracking import TrackingWarning
+
     df = spark.createDataFrame(regression(spark, 400).collect())
     store = Store.create(str(tmp_path))
     options = dict(run_id="run1", loss=None, loss_constructors=[lambda **context: nn.MSELoss()],
                    gradient_compression=hvd.Compression.fp16, backward_passes_per_step=2)
-    first = estimator(store, epochs=1, **options).fit(df)
+    # The first fit tracks to an MLflow server that is not there: one warning naming it, the fit goes on.
+    pytest.importorskip("mlflow")
+    closed = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", closed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.monotonic()
+        first = estimator(store, epochs=1, mlflow_tracking=True, **options).fit(df)
+        took = time.monotonic() - start
+    tracking = [str(w.message) for w in caught if issubclass(w.category, TrackingWarning)]
+    assert len(tracking) == 1 and closed in tracking[0], tracking
+    assert took < 60, took
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
     state = json.loads(store.read(os.path.join(store.get_run_path("run1"), "state.json")))
     assert state["epochs_done"] == 1
     second = estimator(store, epochs=2, **options).fit(df)

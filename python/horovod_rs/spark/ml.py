@@ -230,10 +230,27 @@ class HorovodEstimator(JavaEstimator, _JvmPersistence):
             # Spark Connect names the model after its estimator; the JVM model (FitJob) and so a
             # classic session's model are named with "_model" after it.
             model._resetUid(self.uid + "_model")
+        _track(self, model)
         return model
 
     def _create_model(self, java_model):
         return HorovodModel(java_model)
+
+
+def _track(estimator, model):
+    """An MLflow run active on the driver gets the fit's params and its history's metrics (step:
+    the epoch, from 0), as the Python estimators log them (``horovod_rs.spark.common.tracking``)."""
+    from horovod_rs.spark.common import tracking
+
+    tracker = tracking.tracker_for(None, None)
+    if tracker is None:
+        return
+    try:
+        tracker.log_params(tracking.loggable_params(estimator))
+        for epoch in model.getHistory():
+            tracker.log_metrics(int(epoch["epoch"]) - 1, {k: v for k, v in epoch.items() if k != "epoch"})
+    finally:
+        tracker.close()
 
 
 class HorovodModel(JavaModel, _JvmPersistence):

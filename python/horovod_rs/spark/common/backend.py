@@ -39,22 +39,28 @@ class SparkBackend(Backend):
         self._env = dict(env or {})
         self._kwargs = kwargs
 
-    def run(self, fn, args=(), kwargs={}, env=None):
+    def run(self, fn, args=(), kwargs={}, env=None, monitor=None):
+        """``monitor``: a fit's ``progress.FitMonitor``, which receives the ranks' events."""
         import horovod_rs.spark
 
-        return horovod_rs.spark.run(fn, args=args, kwargs=kwargs, num_proc=self._num_proc,
-                                    env=self._merged_env(env), **self._kwargs)
+        if monitor is None:
+            return horovod_rs.spark.run(fn, args=args, kwargs=kwargs, num_proc=self._num_proc,
+                                        env=self._merged_env(env), **self._kwargs)
+        return self.run_on_dataframe(lambda rank, batches: fn(*args, **kwargs), None, env=env, monitor=monitor)
 
-    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs", num_proc=None):
+    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs", num_proc=None, monitor=None):
         """Runs ``fn(rank, batches)`` on every rank, ``batches`` iterating over the rank's partition
-        of ``df`` as Arrow record batches; returns the results in rank order. ``num_proc``: this
-        job's ranks, when not the backend's (a fit's attempt on fewer ranks)."""
+        of ``df`` as Arrow record batches (``df`` None: no data); returns the results in rank
+        order. ``num_proc``: this job's ranks, when not the backend's (a fit's attempt on fewer
+        ranks); ``monitor``: as in ``run``."""
+        from horovod_rs.spark.common import session
         from horovod_rs.spark.common.job import BarrierJob
 
         options = {k: self._kwargs[k] for k in ("start_timeout", "stdout", "stderr", "prefix_output_with_timestamp",
                                                 "use_gpu") if k in self._kwargs}
-        with BarrierJob(df.sparkSession, num_proc or self._num_proc, env=self._merged_env(env), description=description,
-                        **options) as job:
+        spark = df.sparkSession if df is not None else session.active_session()
+        with BarrierJob(spark, num_proc or self._num_proc, env=self._merged_env(env), description=description,
+                        monitor=monitor, **options) as job:
             return job.run(fn, df)
 
     def _merged_env(self, env):

@@ -78,6 +78,11 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         """Environment variables the ranks get while they train."""
         return {}
 
+    def _mlflow_model(self, model):
+        """``(flavor, save_model's keyword arguments)`` that log ``model`` (the framework's model, as
+        ``getModel`` of the estimator or of the fitted Model) to MLflow."""
+        raise NotImplementedError()
+
     # -- Horovod's Estimator API ---------------------------------------------------------------
     def fit(self, df, params=None):
         """Trains on ``df``; returns the framework's Model (a Spark ML Transformer)."""
@@ -121,6 +126,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                                                                                   len(self.getLabelCols())))
         if self.getBatchSize() < 1 or self.getEpochs() < 1:
             raise ValueError("batch_size and epochs must be at least 1")
+        from horovod_rs.spark.common.tracking import check_mode
+
+        check_mode(self.getMlflowTracking())
         self._check_model()
 
     def _data_spec(self):
@@ -147,19 +155,45 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             raise ValueError("the DataFrame has no rows to train on")
         run_id, resume = self._run()
         retries = []
-        if hasattr(backend, "run_on_dataframe"):
-            results = self._run_on_dataframe(backend, prepared, spec, run_id, resume, retries)
-        else:
-            from horovod_rs.spark.common.util import prepare_data
 
-            with prepare_data(backend.num_processes(), self.getStore(), prepared, spec.label_cols, spec.feature_cols,
-                              validation=spec.validation_col, sample_weight_col=spec.sample_weight_col,
-                              partitions_per_process=self.getPartitionsPerProcess()) as dataset_idx:
-                results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx)
-        model = self._create_model(results[0], run_id, infos)
-        return model._set(retries=retries)
+        def train(monitor):
+            if hasattr(backend, "run_on_dataframe"):
+                results = self._run_on_dataframe(backend, prepared, spec, run_id, resume, retries, monitor)
+            else:
+                from horovod_rs.spark.common.util import prepare_data
 
-    def _run_on_dataframe(self, backend, prepared, spec, run_id, resume, retries):
+                with prepare_data(backend.num_processes(), self.getStore(), prepared, spec.label_cols,
+                                  spec.feature_cols, validation=spec.validation_col,
+                                  sample_weight_col=spec.sample_weight_col,
+                                  partitions_per_process=self.getPartitionsPerProcess()) as dataset_idx:
+                    results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx, monitor)
+            return self._create_model(results[0], run_id, infos)._set(retries=retries)
+
+        return self._monitored(run_id, train)
+
+    def _monitored(self, run_id, train):
+        """``train(monitor)``'s model, with the fit's events shown (``verbose``) and tracked in
+        MLflow (``mlflow_tracking``) by a ``progress.FitMonitor``."""
+        from horovod_rs.spark.common import progress, tracking
+
+        tracker = tracking.tracker_for(self.getMlflowTracking(), run_id)
+        if tracker is not None:
+            tracker.log_params(tracking.loggable_params(self))
+            tracker.prepare(self._mlflow_model(self.getModel())[0])
+        monitor = progress.FitMonitor("%s.fit" % type(self).__name__, self.getVerbose(), tracker)
+        ok = False
+        try:
+            model = train(monitor)
+            if tracker is not None:
+                flavor, arguments = self._mlflow_model(model.getModel())
+                tracker.log_model(flavor, **arguments)
+            ok = True
+            return model
+        finally:
+            if tracker is not None:
+                tracker.close(ok)
+
+    def _run_on_dataframe(self, backend, prepared, spec, run_id, resume, retries, monitor):
         """Trains over the DataFrame; when Spark loses a rank outside the model's code (an executor
         dies), runs the job again (``spark.horovod.rs.fitAttempts`` in all), resuming from the
         store's last checkpoint, on fewer ranks if ``spark.horovod.rs.fitMinProcesses`` allows and
@@ -174,7 +208,8 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                 state["resume"] = self._read_resume(run_id)
             trainer = self._remote_trainer(run_id, spec, state["resume"])
             return backend.run_on_dataframe(trainer, prepared, env=self._backend_env(), num_proc=state["num_proc"],
-                                            description="%s.fit (attempt %d)" % (type(self).__name__, number))
+                                            description="%s.fit (attempt %d)" % (type(self).__name__, number),
+                                            monitor=monitor)
 
         def on_retry(number, error):
             checkpoint = self._read_resume(run_id)
@@ -209,10 +244,14 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         spec = self._data_spec()
         infos = parquet_column_infos(self.getStore(), dataset_idx, spec.columns)
         run_id, resume = self._run()
-        results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx)
-        return self._create_model(results[0], run_id, infos)
 
-    def _run_on_parquet(self, backend, spec, run_id, resume, dataset_idx):
+        def train(monitor):
+            results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx, monitor)
+            return self._create_model(results[0], run_id, infos)
+
+        return self._monitored(run_id, train)
+
+    def _run_on_parquet(self, backend, spec, run_id, resume, dataset_idx, monitor):
         """Every rank reads its rows of the prepared Parquet data in the store, then trains."""
         import copy
 
@@ -240,6 +279,8 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                 batches = itertools.chain(batches, rank_batches(store, val_path, rank, size, columns, mark=True))
             return trainer(rank, batches)
 
+        if isinstance(backend, SparkBackend):
+            return backend.run(run, env=self._backend_env(), monitor=monitor)
         return backend.run(run, env=self._backend_env())
 
     # -- persistence ---------------------------------------------------------------------------

@@ -126,12 +126,14 @@ class BarrierJob:
 
     def __init__(self, spark, num_proc, start_timeout=None, env=None, stdout=None, stderr=None,
                  prefix_output_with_timestamp=False, forward_output=True, use_gpu=False,
-                 description="horovod_rs"):
+                 description="horovod_rs", monitor=None):
         self.spark, self.num_proc = spark, num_proc
         self._start_timeout = start_timeout
         self._env = {str(k): str(v) for k, v in (env or {}).items()}
         self._output_options = dict(stdout=stdout, stderr=stderr,
                                     prefix_output_with_timestamp=prefix_output_with_timestamp)
+        if monitor is not None:  # a fit's events: its progress line, MLflow (progress.FitMonitor)
+            self._output_options.update(on_event=monitor.on_event, status_line=monitor.status_line)
         self._forward_output = forward_output
         self._use_gpu = use_gpu
         self._description = description

@@ -8,12 +8,17 @@ to its own streams too, so the executor's logs hold the same lines.
 A Spark Connect client may be out of the executors' reach (a laptop with Databricks Connect): a
 rank that cannot connect keeps its last lines instead, and the driver prints them when the job
 has ended (``forward_output.undelivered``, ``OutputServer.emit``).
+
+The same connection carries a fit's events (``send_event``: JSON on the ``event`` stream, epoch
+and step reports of rank 0, ``horovod_rs.spark.common.progress``) to the driver's ``on_event``,
+which may keep a status line under the ranks' lines (``OutputServer.status``).
 """
 
 import collections
 import datetime
 import hmac
 import io
+import json
 import socket
 import socketserver
 import sys
@@ -23,16 +28,26 @@ import threading
 CONNECT_TIMEOUT_S = 5
 # Lines a rank keeps when it cannot send them live (the last ones).
 KEPT_LINES = 2000
+# The stream name of a fit's events among a rank's lines.
+EVENT_STREAM = "event"
+# The forwarding in effect in this process (``send_event`` writes to it), or None.
+_active = None
 
 
 class OutputServer:
     """Prints the lines the ranks send to ``stdout``/``stderr`` (the driver's by default)."""
 
-    def __init__(self, token, stdout=None, stderr=None, prefix_output_with_timestamp=False):
+    def __init__(self, token, stdout=None, stderr=None, prefix_output_with_timestamp=False, on_event=None,
+                 status_line=False):
+        """``on_event(server, event, live)`` receives the ranks' events (dicts; ``live`` False when
+        replayed after the job); without it they are dropped. ``status_line``: ``status`` keeps
+        a line rewritten with '\\r' under the ranks' lines (a terminal or a notebook)."""
         self.token = token
         self._targets = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._timestamps = prefix_output_with_timestamp
+        self._on_event = on_event
+        self._status_line, self._status = status_line, ""
         emit = self.emit
 
         class Handler(socketserver.StreamRequestHandler):
@@ -43,7 +58,7 @@ class OutputServer:
                 for raw in self.rfile:
                     rank, _, rest = raw.decode("utf-8", "replace").partition("\t")
                     stream, _, text = rest.partition("\t")
-                    emit(rank, text, stream)
+                    emit(rank, text.rstrip("\n"), stream, live=True)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -57,19 +72,60 @@ class OutputServer:
     def port(self):
         return self._server.server_address[1]
 
-    def emit(self, rank, text, stream="stdout"):
-        """Prints one line of ``rank``'s ``stream`` as the launcher does."""
+    def emit(self, rank, text, stream="stdout", live=False):
+        """Prints one line of ``rank``'s ``stream`` as the launcher does (an event goes to
+        ``on_event``)."""
+        if stream == EVENT_STREAM:
+            self._event(text, live)
+            return
         line = "[%s]<%s>:%s" % (rank, stream, text)
         if self._timestamps:
             line = datetime.datetime.now().strftime("%a %b %d %H:%M:%S %Y") + "[" + line[1:]
+        self._write(stream, line)
+
+    def note(self, text):
+        """Prints one line of the driver's own (under the ranks' lines, above the status line)."""
+        self._write("stdout", text)
+
+    def status(self, text):
+        """Shows ``text`` as the status line (with ``status_line``; otherwise nothing)."""
+        if not self._status_line:
+            return
+        with self._lock:
+            target = self._targets["stdout"]
+            target.write("\r" + text + " " * max(0, len(self._status) - len(text)))
+            target.flush()
+            self._status = text
+
+    def _write(self, stream, line):
         with self._lock:
             target = self._targets.get(stream, self._targets["stdout"])
+            shown = self._status
+            if shown:  # the status line gives way to the line, then comes back under it
+                self._targets["stdout"].write("\r" + " " * len(shown) + "\r")
+                self._targets["stdout"].flush()
             target.write(line if line.endswith("\n") else line + "\n")
             target.flush()
+            if shown:
+                self._targets["stdout"].write(shown)
+                self._targets["stdout"].flush()
+
+    def _event(self, text, live):
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(self, json.loads(text), live)
+        except Exception as e:  # a consumer's fault must not end the ranks' output
+            self.note("horovod_rs: a fit event was not handled (%s: %s)" % (type(e).__name__, e))
 
     def close(self):
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            if self._status:  # the last status stays, the next output starts below it
+                self._targets["stdout"].write("\n")
+                self._targets["stdout"].flush()
+                self._status = ""
 
 
 class _ForwardingStream(io.TextIOBase):
@@ -124,11 +180,15 @@ class forward_output:
         self._address, self._token, self._rank = address, token, rank
         self._connection = None
         self._kept = collections.deque(maxlen=KEPT_LINES)
+        self._kept_events = []
+        self._lock = threading.Lock()
 
     def __enter__(self):
+        global _active
         self._saved = sys.stdout, sys.stderr
         if self._address is None:
             return self
+        _active = self
         host, port = self._address.rsplit(":", 1)
         try:
             self._connection = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
@@ -138,14 +198,30 @@ class forward_output:
             print("horovod_rs: cannot send output to the driver at %s (%s); it stays in this executor's log and "
                   "reaches the driver when the job ends" % (self._address, e), file=sys.stderr)
             self._connection = None
-        lock = threading.Lock()
+        lock = self._lock
         sys.stdout = _ForwardingStream(self._saved[0], self._connection, self._rank, "stdout", lock, self._kept)
         sys.stderr = _ForwardingStream(self._saved[1], self._connection, self._rank, "stderr", lock, self._kept)
         return self
 
+    def send_event(self, event, keep):
+        """Sends ``event`` (a dict) to the driver's ``on_event``; without a connection, keeps it
+        for ``undelivered`` if ``keep`` (a step report is worth nothing late)."""
+        text = json.dumps(event)
+        if self._connection is None:
+            if keep:
+                self._kept_events.append(text)
+            return
+        with self._lock:
+            try:
+                self._connection.sendall(("%d\t%s\t%s\n" % (self._rank, EVENT_STREAM, text)).encode("utf-8"))
+            except OSError:
+                pass
+
     def __exit__(self, *exc):
+        global _active
         if self._address is None:
             return False
+        _active = None
         for stream in (sys.stdout, sys.stderr):
             if isinstance(stream, _ForwardingStream):
                 stream.close_line()
@@ -157,7 +233,14 @@ class forward_output:
     def undelivered(self):
         """The lines the driver did not get live, one ``stream<TAB>line`` per line, or ``""``
         (``replay`` prints them on the driver)."""
-        return "\n".join("%s\t%s" % kept for kept in self._kept)
+        kept = list(self._kept) + [(EVENT_STREAM, text) for text in self._kept_events]
+        return "\n".join("%s\t%s" % entry for entry in kept)
+
+
+def send_event(event, keep=True):
+    """Sends a fit's ``event`` to the driver from this rank (nothing outside a job's forwarding)."""
+    if _active is not None:
+        _active.send_event(event, keep)
 
 
 def replay(server, rank, undelivered):

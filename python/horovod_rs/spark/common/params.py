@@ -58,6 +58,9 @@ ESTIMATOR_PARAMS = [
     ("backward_passes_per_step", "BackwardPassesPerStep", 1, _int, "gradient accumulation steps"),
     ("tensorflow_dataset_prefetch_buffer_size", "TensorflowDatasetPrefetchBufferSize", 0, _int,
      "Horovod's tf.data option; no effect here"),
+    ("mlflow_tracking", "MlflowTracking", None, None,
+     "log params, epoch metrics and the model to MLflow: None (default) when a run is active on the driver, "
+     "True always (a run of its own if none is active), False never"),
 ]
 
 MODEL_PARAMS = [

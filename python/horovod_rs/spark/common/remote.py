@@ -22,6 +22,7 @@ from horovod_rs.common import arrays
 from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.common.columns import ColumnError
 from horovod_rs.spark.common.data import RankData, memory_budget
+from horovod_rs.spark.common.progress import RankEvents
 
 # The column that marks validation rows when ``validation`` is a fraction (drawn on the driver).
 VALIDATION_COLUMN = "__horovod_rs_validation"
@@ -107,8 +108,8 @@ def run_rank(framework, settings, rank, batches):
 
 class RankFit:
     """One rank's fit as every framework runs it: its share of the rows, the steps of an epoch,
-    the batch streams, the run's local directory (synced to the store by rank 0) and rank 0's
-    checkpoint writer."""
+    the batch streams, the run's local directory (synced to the store by rank 0), rank 0's
+    checkpoint writer and its events for the driver (``events``: start, steps, epochs)."""
 
     def __init__(self, framework, settings, rank, size, share):
         s = settings
@@ -120,6 +121,7 @@ class RankFit:
                           steps(share.val_rows, self.val_batch_size, size, framework.val_rounding)) \
             if share.val is not None else 0
         self._seed = None if s.random_seed is None else s.random_seed + rank
+        self.events = RankEvents(rank == 0)
         self._extension = framework.checkpoint_extension
 
     @property

@@ -36,7 +36,7 @@ class KerasEstimator(HorovodEstimator):
                  train_steps_per_epoch=None, validation_steps_per_epoch=None, transformation_fn=None,
                  train_reader_num_workers=None, val_reader_num_workers=None, reader_pool_type="thread",
                  label_shapes=None, checkpoint_callback=None, inmemory_cache_all=False, backend_env=None,
-                 use_gpu=True, mp_start_method=None, tensorflow_dataset_prefetch_buffer_size=0):
+                 use_gpu=True, mp_start_method=None, tensorflow_dataset_prefetch_buffer_size=0, mlflow_tracking=None):
         super().__init__()
         self.setParams(**{k: v for k, v in self._input_kwargs.items() if v is not None})
 
@@ -85,6 +85,11 @@ class KerasEstimator(HorovodEstimator):
 
     def _backend_env(self):
         return dict(self.getBackendEnv() or {})
+
+    def _mlflow_model(self, model):
+        # Keras 3's models are MLflow's keras flavor; Keras 2's (tf_keras) its tensorflow flavor.
+        legacy = type(model).__module__.startswith("tf_keras")
+        return ("mlflow.tensorflow" if legacy else "mlflow.keras"), {"model": model}
 
     def _create_model(self, result, run_id, infos):
         model = util.deserialize_model(result["model"], self.getCustomObjects())

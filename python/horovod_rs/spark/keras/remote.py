@@ -131,8 +131,10 @@ def _fit(run, hvd, k, model, custom_objects, user):
             if run.saving:
                 _log_to_tensorboard(k, callbacks, run.logs_dir(run_dir), verbose)
             callbacks.append(_RunCheckpoint(writer, distributed, history, base_lr))
+        callbacks.append(_Events(run.events))  # last: it reports the epoch's averaged logs
         if verbose:
             print(run.describe())
+        run.events.start(s.epochs, epochs_done, run.steps, run.val_steps)
         fitted = model.fit(train_stream, steps_per_epoch=run.steps, epochs=s.epochs, initial_epoch=epochs_done,
                            validation_data=val_stream, validation_steps=run.val_steps or None, callbacks=callbacks,
                            verbose=verbose, shuffle=False)  # the streams shuffle
@@ -182,6 +184,30 @@ class _RunCheckpoint:
                 self.writer.commit(epoch + 1, self.history, {"learning_rate": self.base_lr})
 
         return RunCheckpoint(*args, **kwargs)
+
+
+class _Events:
+    """Rank 0's progress events: each epoch's logs, running logs while it trains."""
+
+    def __new__(cls, *args, **kwargs):
+        tf = frameworks.tensorflow()
+
+        class Events(tf.keras.callbacks.Callback):
+            def __init__(self, events):
+                super().__init__()
+                self._supports_tf_logs = True  # logs converted only when an event goes out
+                self.events, self.epoch = events, 0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch = epoch
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.events.step(self.epoch, batch + 1, lambda: logs)
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.events.epoch(epoch, logs)
+
+        return Events(*args, **kwargs)
 
 
 def _restore(model, optimizer, data):

@@ -79,7 +79,7 @@ class TorchEstimator(HorovodEstimator):
                  label_shapes=None, inmemory_cache_all=False, num_gpus=None, logger=None, log_every_n_steps=50,
                  data_module=None, loader_num_epochs=None, terminate_on_nan=False, profiler=None,
                  debug_data_loader=False, train_async_data_loader_queue_size=None,
-                 val_async_data_loader_queue_size=None, use_gpu=True, mp_start_method=None):
+                 val_async_data_loader_queue_size=None, use_gpu=True, mp_start_method=None, mlflow_tracking=None):
         super().__init__()
         kwargs = self._input_kwargs
         if kwargs.get("loss") is not None and kwargs.get("loss_constructors") is not None:
@@ -166,6 +166,9 @@ class TorchEstimator(HorovodEstimator):
         return TorchModel(history=history, model=model, feature_columns=self.getFeatureCols(),
                           input_shapes=self.getInputShapes(), label_columns=self.getLabelCols(), run_id=run_id,
                           _metadata=infos, loss=self.getLoss(), loss_constructors=self.getLossConstructors())
+
+    def _mlflow_model(self, model):
+        return torch_estimator.TorchEstimator._mlflow_model(self, model)
 
     def _model_to_bytes(self, model):
         return util.serialize_model(model)

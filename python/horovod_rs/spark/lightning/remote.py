@@ -98,7 +98,7 @@ def _fit(run, hvd, pl, device):
         checkpoint_callback = _user_checkpoint(pl, user_callbacks, run_dir)
         writer = run.writer(run_dir)
         history = dict(s.resume[0]["history"]) if s.resume is not None else {}
-        callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose)]
+        callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose, run.events)]
         legacy_hooks = legacy.callback_hooks(pl, user_callbacks)
         if legacy_hooks is not None:
             callbacks.append(legacy_hooks)
@@ -134,6 +134,8 @@ def _fit(run, hvd, pl, device):
             resume_path = os.path.join(run_dir, "resume" + Lightning.checkpoint_extension)
             with open(resume_path, "wb") as f:
                 f.write(s.resume[1])
+        run.events.start(s.epochs, s.resume[0]["epochs_done"] if s.resume is not None else 0, run.steps,
+                         run.val_steps)
         trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_path)
         if rank != 0:
             return None
@@ -183,11 +185,15 @@ def _user_checkpoint(pl, callbacks, run_dir):
     return None
 
 
-def _epoch_end(pl, hvd, writer, run_dir, history, verbose):
+def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events):
     """Every rank, after every epoch: the logged metrics averaged over the ranks into ``history``;
-    rank 0 prints them and commits a checkpoint of the whole run."""
+    rank 0 prints them, reports them (``events``, with its running metrics while it trains) and
+    commits a checkpoint of the whole run."""
 
     class EpochEnd(pl.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            events.step(trainer.current_epoch, batch_idx + 1, lambda: trainer.progress_bar_metrics)
+
         def on_train_epoch_end(self, trainer, module):
             local = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
             everyone = hvd.allgather_object(local, name="horovod_rs.lightning.metrics")
@@ -195,6 +201,7 @@ def _epoch_end(pl, hvd, writer, run_dir, history, verbose):
             averaged = {k: sum(m[k] for m in everyone if k in m) / sum(1 for m in everyone if k in m) for k in names}
             history.clear()
             history.update(averaged)
+            events.epoch(trainer.current_epoch, averaged)
             if verbose:
                 print("horovod_rs: epoch %d: %s" % (trainer.current_epoch,
                                                      ", ".join("%s=%.6g" % kv for kv in averaged.items())))

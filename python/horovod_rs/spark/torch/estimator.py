@@ -47,7 +47,7 @@ class TorchEstimator(HorovodEstimator):
                  train_steps_per_epoch=None, validation_steps_per_epoch=None, transformation_fn=None,
                  train_reader_num_workers=None, val_reader_num_workers=None, reader_pool_type="thread",
                  label_shapes=None, inmemory_cache_all=False, use_gpu=True, mp_start_method=None,
-                 backward_passes_per_step=1):
+                 backward_passes_per_step=1, mlflow_tracking=None):
         super().__init__()
         kwargs = self._input_kwargs
         if kwargs.get("loss") is not None and kwargs.get("loss_constructors") is not None:
@@ -116,6 +116,10 @@ class TorchEstimator(HorovodEstimator):
             backward_passes_per_step=self.getBackwardPassesPerStep(),
         )
         return remote.make_trainer(settings)
+
+    def _mlflow_model(self, model):
+        # Pickled (cloudpickle): the module needs no input example, as MLflow's traced format would.
+        return "mlflow.pytorch", {"pytorch_model": model, "serialization_format": "pickle"}
 
     def _load_checkpoint(self, run_id):
         """The run's state and last checkpoint in the store (Horovod's name), or None."""

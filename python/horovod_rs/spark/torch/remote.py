@@ -145,6 +145,8 @@ def _fit(run, hvd, torch, device):
                         loss = loss_fn(outputs, labels, weights)
                 update_metrics(holders, outputs, labels)
                 loss_metric.update(loss)
+                if stage == "train":
+                    run.events.step(epoch, batch_idx + 1, lambda: {"train/loss": loss_metric.avg.item()})
                 if verbose and batch_idx % METRIC_PRINT_FREQUENCY == 0:
                     print("%s\tepoch:\t%d\tstep\t%d:\t%s" % (stage, epoch, batch_idx,
                                                              {loss_metric.name: loss_metric.avg.item(),
@@ -153,6 +155,7 @@ def _fit(run, hvd, torch, device):
 
         if verbose:
             print(run.describe())
+        run.events.start(s.epochs, epochs_done, run.steps, run.val_steps)
         for epoch in range(epochs_done, s.epochs):
             model.train()
             metrics = {"epoch": epoch, "train": run_epoch("train", epoch, run.steps, train_stream)}
@@ -161,6 +164,7 @@ def _fit(run, hvd, torch, device):
                 model.eval()
                 metrics["validation"] = run_epoch("validation", epoch, run.val_steps, val_stream)
             history.append(metrics)
+            run.events.epoch(epoch, epoch_metrics(metrics))
             if verbose:
                 print(datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%b-%d %H:%M:%S UTC"), metrics)
             if writer is not None:
@@ -177,6 +181,23 @@ def _fit(run, hvd, torch, device):
         torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()},
                     "optimizer": _unscaled_state(optimizer, size)}, buffer)
         return {"history": history, "checkpoint": buffer.getvalue()}
+
+
+def epoch_metrics(entry):
+    """An epoch's history entry as flat metrics: ``train/loss``, ``validation/<metric>``, ... (the
+    names of its TensorBoard scalars, without the group index)."""
+    flat = {}
+    for stage in ("train", "validation"):
+        values = entry.get(stage)
+        if not values:
+            continue
+        for name, value in values.items():
+            if name == "all_metrics":
+                for group in value:
+                    flat.update(("%s/%s" % (stage, metric), v) for metric, v in group.items())
+            else:
+                flat["%s/%s" % (stage, name)] = value
+    return flat
 
 
 def _scale_lr(state, factor):
