@@ -88,13 +88,39 @@ def test_a_killed_executor_shrinks_the_world_and_spark_restarting_it_grows_it_ba
 
 
 def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark):
-    def fn():
+    # docs/elastic.rst's training function as Horovod prints it (its Spark section has no code; this
+    # is the Ray one's), with a model and a step for its "...", without torch.cuda.set_device on
+    # this GPU-less host, and returning what the test checks.
+    def training_fn():
+        import torch
+
         import horovod_rs.torch as hvd
 
         hvd.init()
-        return hvd.rank(), hvd.size()
+        model = torch.nn.Linear(2, 1)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        epochs, resets = 3, []
 
-    assert horovod_rs.spark.run_elastic(fn, num_proc=3) == [(0, 3), (1, 3), (2, 3)]
+        def on_state_reset():
+            resets.append(hvd.size())
+
+        @hvd.elastic.run
+        def train(state):
+            for state.epoch in range(state.epoch, epochs):
+                optimizer.zero_grad()
+                model(torch.full((4, 2), float(hvd.rank()))).pow(2).mean().backward()
+                optimizer.step()
+                state.commit()
+
+        state = hvd.elastic.TorchState(model, optimizer, batch=0, epoch=0)
+        state.register_reset_callbacks([on_state_reset])
+        train(state)
+        return hvd.rank(), hvd.size(), state.epoch, resets, [round(float(p.sum()), 6) for p in model.parameters()]
+
+    results = horovod_rs.spark.run_elastic(training_fn, num_proc=3)
+    assert [result[:4] for result in results] == [(0, 3, 2, []), (1, 3, 2, []), (2, 3, 2, [])]
+    assert results[0][4] == results[1][4] == results[2][4]  # one model: broadcast, then averaged steps
 
 
 def test_a_ranks_own_exception_ends_the_job_naming_it(spark, tmp_path):
