@@ -58,7 +58,7 @@ BENCH_GLOO      ?= 0
 BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build java-test integration-test lint jar jars \
-        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
+        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
         $(addprefix pyspark-test-,$(TESTED_LINES)) $(addprefix pyspark-connect-test-,$(TESTED_LINES))
@@ -76,9 +76,9 @@ demo-run-api: tools jar-release
 # were slower than in turn on 2 cores (each starts a Spark cluster and Python workers that import
 # TensorFlow or torch).
 LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
-                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin
+                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin $(VENV)/.dist-tools
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
-TESTS := cargo-test java-test integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test elastic-test \
+TESTS := cargo-test java-test dist-smoke integration-test scala-example-$(LINE) pyspark-test pyspark-connect-test elastic-test \
          python-test flyte-test faults-quick
 # Each suite's time is printed after it (`make test: <suite> <seconds> s`), to see where CI's goes.
 test:
@@ -353,6 +353,7 @@ $(VENV)/.tensorflow: | $(PYTHON)
 # (cargo-zigbuild, maturin --zig). rustup's rustc compiles for x86_64, Debian's for aarch64, as
 # only Debian's packages bring an aarch64 standard library here (scripts/debian_rustc.sh).
 # `make dist DIST_ARCHS=x86_64` leaves aarch64 out. Then dist-check tries what it built.
+# make test builds none of this: it runs dist-smoke (below), which checks its parts in seconds.
 DIST            := build/dist
 DIST_ARCHS      := x86_64 aarch64
 DIST_RUSTC      := .tools/rust-debian/rustc
@@ -374,7 +375,7 @@ wheel_args       = $(if $(filter cp310-cp310,$(1)),--no-default-features -i pyth
 dist: dist-jars dist-wheels dist-check
 
 $(VENV)/.dist-tools: | $(PYTHON)
-	$(PIP) install -q ziglang==0.14.1 cargo-zigbuild==0.24.0 maturin
+	$(PIP) install -q ziglang cargo-zigbuild maturin
 	touch $@
 
 $(DIST_RUSTC):

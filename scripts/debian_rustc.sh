@@ -5,14 +5,26 @@
 # aarch64 comes from a server this build cannot reach, and Debian ships one per architecture.
 #
 #   scripts/debian_rustc.sh DEST     then: RUSTC=DEST/rustc cargo zigbuild --target ...
+#   scripts/debian_rustc.sh --check DEST
 #
 # Nothing is installed but the LLVM library rustc links (from apt). The arm64 package list is
 # read into DEST, so the machine's own apt configuration (its architectures) is left alone.
+# --check (make dist-smoke) installs and downloads nothing: it names the packages apt would
+# fetch, and checks DEST/rustc's standard libraries if an earlier run unpacked it.
 set -euo pipefail
 
-dest=$(realpath -m "${1:?usage: debian_rustc.sh DEST}")
-rm -rf "$dest" && mkdir -p "$dest/debs" "$dest/root"
+check=0
+if [ "${1:-}" = "--check" ]; then check=1; shift; fi
+dest=$(realpath -m "${1:?usage: debian_rustc.sh [--check] DEST}")
 apt_quiet=(-qq -o APT::Sandbox::User=root)
+
+# Both targets' standard libraries, as cargo zigbuild will ask DEST/rustc for them.
+check_rustc() {
+    for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+        ls "$("$dest/rustc" --print target-libdir --target "$target")"/libstd-*.rlib >/dev/null
+    done
+    echo "debian_rustc.sh: $("$dest/rustc" --version) in $dest, for x86_64 and aarch64"
+}
 
 version=$(apt-cache policy rustc-web | sed -n 's/^ *Candidate: //p')
 if [ -z "$version" ] || [ "$version" = "(none)" ]; then
@@ -24,8 +36,14 @@ series=$(echo "$version" | sed -E 's/^([0-9]+\.[0-9]+).*/\1/')
 driver="libstd-rust-web-$series"     # librustc_driver, which links Debian's LLVM
 llvm=$(apt-cache depends "$driver=$version" | sed -n 's/^ *Depends: \(libllvm[0-9]*\)$/\1/p' | head -1)
 [ -n "$llvm" ] || { echo "debian_rustc.sh: cannot tell which libllvm $driver $version needs" >&2; exit 1; }
+if [ "$check" = 1 ]; then
+    echo "debian_rustc.sh: apt has rustc-web $version, $driver and $llvm"
+    if [ -x "$dest/rustc" ]; then check_rustc; fi
+    exit 0
+fi
 apt-get install -y "${apt_quiet[@]}" "$llvm"
 
+rm -rf "$dest" && mkdir -p "$dest/debs" "$dest/root"
 cd "$dest/debs"
 apt-get download "${apt_quiet[@]}" "rustc-web=$version" "$driver=$version" "libstd-rust-web-dev=$version"
 
@@ -49,7 +67,4 @@ EOF
 chmod +x "$dest/rustc"
 cd "$dest"  # out of the directory removed next: rustc refuses to run in a deleted one
 rm -rf "$dest/debs" "$lists"
-for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
-    ls "$("$dest/rustc" --print target-libdir --target "$target")"/libstd-*.rlib >/dev/null
-done
-echo "debian_rustc.sh: $("$dest/rustc" --version) in $dest, for x86_64 and aarch64"
+check_rustc
