@@ -523,7 +523,7 @@ faults: $(FAULT_DEPS)
 faults-quick: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials 2 --spark-trials 1 --check --skip $(subst $(space),$(comma),$(FAULTS_QUICK_SKIP))
 FAULTS_QUICK_SKIP := spark-executor-killed spark-executor-killed-mid-checkpoint spark-elastic-executor-killed \
-                     spark-elastic-killed-in-commit spark-elastic-grow spark-elastic-worker-lost
+                     spark-elastic-killed-in-commit spark-elastic-grow spark-elastic-worker-lost spark-fit-worker-lost
 comma := ,
 space := $(subst ,, )
 

@@ -10,6 +10,11 @@
                                                ``RESULT_DIR/store`` (its checkpoints are written
                                                there, temp file then rename); rank 0, the writer,
                                                leaves its pid in ``writer.pid``
+    fault_spark_driver.py fit-worker RESULT_DIR
+                                               the same fit on a standalone cluster of 2 one-core
+                                               workers with ``spark.horovod.rs.fitMinProcesses``
+                                               1: after its second epoch rank 1 kills its worker
+                                               and executor JVMs, so the slot never comes back
     fault_spark_driver.py elastic-KIND RESULT_DIR
                                                a run_elastic job of 3 ranks on
                                                ``local-cluster[3,1,1024]`` counting committed
@@ -24,7 +29,7 @@
                                                kills its worker and executor JVMs at step 5, so
                                                the slot never comes back
 
-``run``, ``fit`` and ``elastic-*`` write ``result.json`` when they end: what came back, or the error."""
+``run``, ``fit``, ``fit-worker`` and ``elastic-*`` write ``result.json`` when they end: what came back, or the error."""
 
 import json
 import os
@@ -66,7 +71,8 @@ def allreduce_steps(result_dir, steps):
     return float(total[0]) if steps else None
 
 
-def fit(spark, result_dir):
+def fit(spark, result_dir, lose_worker=False):
+    """``lose_worker``: rank 1 loses its standalone worker after epoch 2 (the fit goes on with 1 rank)."""
     import tensorflow as tf
 
     from horovod_rs.spark.common.store import Store
@@ -93,10 +99,18 @@ def fit(spark, result_dir):
                     f.write(str(os.getpid()))
                 os.rename(os.path.join(result_dir, "writer.pid.tmp"), os.path.join(result_dir, "writer.pid"))
 
+    class LosesItsWorker(k.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            import horovod_rs.tensorflow.keras as hvd
+
+            if epoch == 1 and hvd.size() == 2 and hvd.rank() == 1:
+                kill_worker_and_executor(os.path.join(result_dir, "killed"))
+
+    callbacks = [NamesTheWriter()] + ([LosesItsWorker()] if lose_worker else [])
     fitted = KerasEstimator(num_proc=2, store=Store.create(os.path.join(result_dir, "store")), model=model,
                             optimizer=k.optimizers.Adam(0.001), loss="mse", feature_cols=["x1", "x2"],
                             label_cols=["y"], batch_size=100, epochs=FIT_EPOCHS, random_seed=1,
-                            verbose=0, callbacks=[NamesTheWriter()]).fit(df)
+                            verbose=0, callbacks=callbacks).fit(df)
     error = fitted.transform(df).selectExpr("avg(abs(y__output - y))").first()[0]
     return {"epochs": len(fitted.getHistory()["loss"]), "retries": fitted.getRetries(), "mean_abs_error": error}
 
@@ -117,6 +131,20 @@ def executor_of(pid):
         except OSError:
             return None
     return None
+
+
+def kill_executor(marker):
+    """Kills the executor JVM this rank runs under (SIGKILL), after noting when in ``marker``."""
+    with open(marker, "w") as f:
+        f.write(str(time.time()))
+    os.kill(executor_of(os.getpid()), signal.SIGKILL)
+    time.sleep(120)  # this worker dies with its executor
+
+
+def kill_worker_and_executor(marker):
+    """A lost node of a standalone cluster: its worker JVM first, so nothing restarts the executor."""
+    os.kill(parent_of(executor_of(os.getpid())), signal.SIGKILL)
+    kill_executor(marker)
 
 
 def log_step(result_dir, step, size):
@@ -140,17 +168,6 @@ def elastic_counting(result_dir, victim, until_size):
     hvd.init()
     marker = os.path.join(result_dir, "killed")
 
-    def kill_here():
-        with open(marker, "w") as f:
-            f.write(str(time.time()))
-        os.kill(executor_of(os.getpid()), signal.SIGKILL)
-        time.sleep(120)  # this worker dies with its executor
-
-    def kill_worker_here():
-        executor = executor_of(os.getpid())
-        os.kill(parent_of(executor), signal.SIGKILL)  # the standalone worker: nothing restarts the executor
-        kill_here()
-
     def victim_now(kind, state):
         return (victim == kind and state.step == ELASTIC_KILL_AT and hvd.rank() == hvd.size() - 1
                 and not os.path.exists(marker))
@@ -159,7 +176,7 @@ def elastic_counting(result_dir, victim, until_size):
         def save(self):
             if victim_now("commit", self):
                 self._saved_state["step"] = self.step  # halfway: the sizes are not saved yet
-                kill_here()
+                kill_executor(marker)
             super().save()
 
     state = CountingState(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, step=0, sizes=[])
@@ -169,9 +186,9 @@ def elastic_counting(result_dir, victim, until_size):
         while state.step < ELASTIC_STEPS or (until_size and state.sizes[-1] != until_size
                                              and state.step < 100 * ELASTIC_STEPS):
             if victim_now("kill", state):
-                kill_here()  # before the step's allreduce: no rank commits the step after it
+                kill_executor(marker)  # before the step's allreduce: no rank commits the step after it
             if victim_now("worker", state):
-                kill_worker_here()
+                kill_worker_and_executor(marker)
             size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
             state.sizes.append(size)
             state.step += 1
@@ -238,10 +255,13 @@ class StandaloneCluster:
 
 
 def main(mode, result_dir):
-    if mode == "elastic-worker":
-        with StandaloneCluster(3, result_dir) as cluster:
-            session(mode, result_dir, cluster.url, {"spark.cores.max": "3", "spark.executor.cores": "1",
-                                                     "spark.executor.memory": "1g"})
+    if mode in ("elastic-worker", "fit-worker"):
+        workers = 3 if mode == "elastic-worker" else 2
+        conf = {"spark.cores.max": str(workers), "spark.executor.cores": "1", "spark.executor.memory": "1g"}
+        if mode == "fit-worker":
+            conf["spark.horovod.rs.fitMinProcesses"] = "1"
+        with StandaloneCluster(workers, result_dir) as cluster:
+            session(mode, result_dir, cluster.url, conf)
         return
     session(mode, result_dir, "local-cluster[3,1,1024]" if mode.startswith("elastic-") else "local-cluster[2,1,1024]")
 
@@ -253,7 +273,7 @@ def session(mode, result_dir, master, conf=None):
     builder = (builder
                .config("spark.ui.enabled", "false")
                .config("spark.executorEnv.FAULT_TRIAL", os.environ["FAULT_TRIAL"]))
-    if mode == "fit":
+    if mode.startswith("fit"):
         builder = builder.config("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "3")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -267,7 +287,7 @@ def session(mode, result_dir, master, conf=None):
         elif mode.startswith("elastic-"):
             outcome = {"results": elastic(spark, result_dir, mode[len("elastic-"):])}
         else:
-            outcome = fit(spark, result_dir)
+            outcome = fit(spark, result_dir, lose_worker=mode == "fit-worker")
     except Exception as e:  # noqa: BLE001 (the trial classifies it)
         outcome = {"error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()[-2000:]}
     with open(os.path.join(result_dir, "result.json"), "w") as f:

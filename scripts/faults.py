@@ -31,6 +31,12 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   rank kills its worker and executor JVMs, so the slot never comes back. The job
                   must finish with every step counted exactly once (no committed step lost or
                   repeated) and the world's sizes as expected
+  spark-fit-worker-lost
+                  a KerasEstimator fit of 4 epochs with 2 ranks on a standalone cluster of 2
+                  one-core workers, spark.horovod.rs.fitMinProcesses=1: after epoch 2 rank 1 kills
+                  its worker and executor JVMs, so the slot never comes back; the fit must go on
+                  from its last checkpoint with the 1 rank left and end with 4 epochs and a model
+                  that predicts
   spark-executor-killed-mid-checkpoint
                   a KerasEstimator fit of 4 epochs with a store; rank 0, which writes the
                   checkpoints, and its executor JVM are killed with SIGKILL as soon as a
@@ -60,14 +66,15 @@ import threading
 import time
 import uuid
 
-from fault_spark_driver import executor_of  # the executor JVM among a rank's parents, as the ranks find it
+# The executor JVM among a rank's parents, as the ranks find it; the fits' epochs.
+from fault_spark_driver import FIT_EPOCHS, executor_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
          "stranger-wrong-secret", "spark-driver-killed", "spark-executor-killed",
          "spark-executor-killed-mid-checkpoint", "spark-elastic-executor-killed", "spark-elastic-killed-in-commit",
-         "spark-elastic-grow", "spark-elastic-worker-lost")
+         "spark-elastic-grow", "spark-elastic-worker-lost", "spark-fit-worker-lost")
 SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
 # A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
 SPARK_START_S = 120
@@ -85,8 +92,8 @@ def run_trial(kind, trial, timeout_s):
         return run_spark_driver_killed(timeout_s)
     if kind.startswith("spark-executor-killed"):
         return run_spark_executor_killed(kind, timeout_s)
-    if kind.startswith("spark-elastic-"):
-        return run_spark_elastic(kind, timeout_s)
+    if kind in DRIVER_FAULT_MODES:
+        return run_spark_driver_fault(kind, timeout_s)
     marker = uuid.uuid4().hex
     result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
     segments_before = set(glob.glob(SHM_GLOB))
@@ -220,36 +227,44 @@ def run_spark_executor_killed(kind, timeout_s):
             # Every rank's last sum; and the kill did land on the first attempt.
             recovered = result["results"] == [2.0, 2.0] and "starting attempt 2" in _output(output, reader)
         else:
-            recovered = (result["epochs"] == 4 and len(result["retries"]) == 1
+            recovered = (result["epochs"] == FIT_EPOCHS and len(result["retries"]) == 1
                          and result["mean_abs_error"] < 0.5)
         return ("finished", None) if recovered else ("unexpected", json.dumps(result)[-500:])
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
-ELASTIC_MODES = {"spark-elastic-executor-killed": "elastic-kill", "spark-elastic-killed-in-commit": "elastic-commit",
-                 "spark-elastic-grow": "elastic-grow", "spark-elastic-worker-lost": "elastic-worker"}
+# The kinds whose driver script makes the fault happen itself, and its mode for each.
+DRIVER_FAULT_MODES = {"spark-elastic-executor-killed": "elastic-kill", "spark-elastic-killed-in-commit": "elastic-commit",
+                      "spark-elastic-grow": "elastic-grow", "spark-elastic-worker-lost": "elastic-worker",
+                      "spark-fit-worker-lost": "fit-worker"}
 
 
-def run_spark_elastic(kind, timeout_s):
-    """An elastic job whose world changes (its driver makes the change happen): it must finish
-    with every committed step counted once and the sizes the change implies, and nothing of it
-    may outlive its driver."""
+def run_spark_driver_fault(kind, timeout_s):
+    """A job whose driver makes its fault happen: an elastic job whose world changes must finish
+    with every committed step counted once and the sizes the change implies; a fit that lost a
+    worker must finish on the rank left. Nothing of either may outlive its driver."""
     marker = uuid.uuid4().hex
     result_dir = tempfile.mkdtemp(prefix="horovod-rs-fault-")
     segments_before = set(glob.glob(SHM_GLOB))
     env = dict(os.environ, HOROVOD_RS_TIMEOUT_SECONDS=str(timeout_s), FAULT_TRIAL=marker,
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, ELASTIC_MODES[kind], result_dir], env=env,
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3")
+    driver = subprocess.Popen([sys.executable, SPARK_DRIVER, DRIVER_FAULT_MODES[kind], result_dir], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     output = []
     reader = threading.Thread(target=lambda: output.append(driver.stdout.read()), daemon=True)
     reader.start()
     try:
+        # A fit recovers by a relaunch: a second start and its epochs again.
+        wait_s = SPARK_START_S + SPARK_RECOVERY_S * (2 if kind == "spark-fit-worker-lost" else 1)
         result, failure = _driver_result(driver, output, reader, marker, segments_before, timeout_s, result_dir,
-                                         SPARK_START_S + SPARK_RECOVERY_S, "of its start")
+                                         wait_s, "of its start")
         if failure:
             return failure
+        if kind == "spark-fit-worker-lost":
+            recovered = (result["epochs"] == FIT_EPOCHS and [r["num_proc"] for r in result["retries"]] == [1]
+                         and result["mean_abs_error"] < 0.5)
+            return ("finished", None) if recovered else ("unexpected", json.dumps(result)[-500:])
         results = result["results"]
         steps, sizes = results[0]["step"], results[0]["sizes"]
         counted_once = len(sizes) == steps and all(r == results[0] for r in results)
