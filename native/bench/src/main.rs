@@ -243,6 +243,7 @@ fn run_rank(rank: &str) -> Result<(), String> {
         },
         tls: horovod_core::tls_setting(std::env::var(TLS_VARIABLE).ok().as_deref())
             .map_err(|e| e.to_string())?,
+        hostname: None,
     };
     let mut comm = connect(listener, rank, &addresses, SECRET, &config)
         .map_err(|e| format!("rank {rank}: {e}"))?;

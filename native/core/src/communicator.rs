@@ -44,6 +44,9 @@ pub struct Communicator {
     /// Per-host and cross-host levels for allreduce, when the ranks span
     /// several hosts and share some ([`hierarchy`]).
     hierarchy: Option<Box<Hierarchy>>,
+    /// Every rank's host, in rank order (`crate::hosts`); empty on a
+    /// hierarchy's levels, which never need them.
+    hosts: Vec<String>,
 }
 
 impl Communicator {
@@ -57,34 +60,47 @@ impl Communicator {
             failure: None,
             shm: None,
             hierarchy: None,
+            hosts: Vec::new(),
         }
     }
 
-    /// The communicator of `rank` over `links` (a link to each rank of
-    /// `addresses` but this one), on what `config`'s policy and the ranks'
-    /// hosts allow: shared memory when every rank is on this host, else the
-    /// hierarchical levels where they help, else TCP. Every rank calls it at
-    /// the same point: the ranks agree over the links.
+    /// The communicator of `rank` over `links` (a link to each rank but this
+    /// one; rank r is on host `hosts[r]`), on what `config`'s policy and the
+    /// ranks' hosts allow: shared memory when every rank is on this host,
+    /// else the hierarchical levels where they help, else TCP. Every rank
+    /// calls it at the same point: the ranks agree over the links.
     pub(crate) fn over_links(
         rank: usize,
         links: Vec<Option<Link>>,
-        addresses: &[String],
+        hosts: Vec<String>,
         config: &CommConfig,
     ) -> Result<Communicator> {
-        let shm = shm::negotiate(rank, &links, addresses, config)?;
+        // A job of one rank needs neither shared memory nor levels.
+        let shm = match hosts.len() {
+            1 => None,
+            _ => shm::negotiate(rank, &links, &hosts, config)?,
+        };
         let hierarchy = match shm {
             Some(_) => None,
-            None => Hierarchy::build(rank, &links, addresses, config)?,
+            None => Hierarchy::build(rank, &links, &hosts, config)?,
         };
         debug!(
             "rank {rank}: connected to all {} ranks; shared memory: {}; hierarchical: {}",
-            addresses.len(),
+            hosts.len(),
             shm.is_some(),
             hierarchy.is_some()
         );
-        Ok(Communicator::new(rank, addresses.len(), links)
+        let mut communicator = Communicator::new(rank, hosts.len(), links)
             .with_shm(shm)
-            .with_hierarchy(hierarchy))
+            .with_hierarchy(hierarchy);
+        communicator.hosts = hosts;
+        Ok(communicator)
+    }
+
+    /// Every rank's host, in rank order: the host part of its address, or
+    /// the name it was given (`CommConfig::hostname`).
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
     }
 
     /// This communicator, running its collectives through `shm` if given.

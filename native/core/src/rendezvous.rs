@@ -36,6 +36,7 @@ use crate::communicator::Communicator;
 use crate::config::CommConfig;
 use crate::error::{Error, FirstError, Result};
 use crate::handshake::{self, Dialled};
+use crate::hosts;
 use crate::link::{io_error, Link};
 use crate::spin;
 use crate::tls::{Credentials, TLS_VARIABLE};
@@ -122,8 +123,12 @@ pub fn connect(
     let secret = Secret::new(secret)?;
     validate(rank, addresses, config)?;
     let size = addresses.len();
+    let mine = config
+        .hostname
+        .clone()
+        .unwrap_or_else(|| host(&addresses[rank]).to_string());
     if size == 1 {
-        return Ok(Communicator::new(0, 1, vec![None]));
+        return Communicator::over_links(0, vec![None], vec![mine], config);
     }
     let job = Job {
         rank,
@@ -178,7 +183,6 @@ pub fn connect(
     });
     first.into_result()?;
 
-    let busy_poll = cores_for_each(rank, addresses);
     let credentials = config
         .tls
         .then(|| Credentials::new(&job.secret))
@@ -193,7 +197,7 @@ pub fn connect(
                 if let Some(credentials) = &credentials {
                     link = link.encrypt(credentials, peer > rank)?;
                 }
-                Some(if busy_poll { link.busy_polling() } else { link })
+                Some(link)
             }
             None if peer == rank => None,
             None => {
@@ -203,15 +207,20 @@ pub fn connect(
             }
         });
     }
-    Communicator::over_links(rank, links, addresses, config)
+    let hosts = hosts::exchange(rank, &links, &mine)?;
+    if cores_for_each(rank, &hosts) {
+        links = links
+            .into_iter()
+            .map(|l| l.map(Link::busy_polling))
+            .collect();
+    }
+    Communicator::over_links(rank, links, hosts, config)
 }
 
-/// Whether this host has a core for each of its ranks (those whose address
-/// names this rank's host): then a rank waiting for another may poll
-/// before it sleeps.
-fn cores_for_each(rank: usize, addresses: &[String]) -> bool {
-    let here = host(&addresses[rank]);
-    spin::a_core_each(addresses.iter().filter(|a| host(a) == here).count())
+/// Whether this host has a core for each of its ranks: then a rank waiting
+/// for another may poll before it sleeps.
+fn cores_for_each(rank: usize, hosts: &[String]) -> bool {
+    spin::a_core_each(hosts.iter().filter(|h| **h == hosts[rank]).count())
 }
 
 fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()> {
@@ -231,6 +240,9 @@ fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()
         return Err(Error::InvalidArgument(
             "connect_timeout and io_timeout must be positive".into(),
         ));
+    }
+    if let Some(why) = config.hostname.as_deref().and_then(hosts::refusal) {
+        return Err(Error::InvalidArgument(format!("this rank's host: {why}")));
     }
     Ok(())
 }

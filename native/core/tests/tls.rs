@@ -19,6 +19,7 @@ fn config(tls: bool) -> CommConfig {
         io_timeout: Duration::from_secs(20),
         transport: TransportPolicy::Tcp,
         tls,
+        hostname: None,
     }
 }
 

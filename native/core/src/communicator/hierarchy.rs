@@ -20,12 +20,11 @@
 //! The levels are communicators of their own over the job's existing
 //! connections (each link's socket is shared, never used by two
 //! communicators at once: this module runs them one after the other on the
-//! calling thread). Every rank groups the ranks by the host part of their
-//! addresses in the same way, so every rank builds the same levels and
+//! calling thread). Every rank groups the ranks by their hosts
+//! (`crate::hosts`) in the same way, so every rank builds the same levels and
 //! picks the same way for a message.
 
 use super::Communicator;
-use crate::address::host;
 use crate::config::{CommConfig, TransportPolicy};
 use crate::error::Result;
 use crate::link::Link;
@@ -55,10 +54,9 @@ pub(crate) struct Hierarchy {
 }
 
 /// Ranks grouped by host, in order of each host's lowest rank.
-fn hosts(addresses: &[String]) -> Vec<Vec<usize>> {
+fn groups(hosts: &[String]) -> Vec<Vec<usize>> {
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
-    for (rank, address) in addresses.iter().enumerate() {
-        let name = host(address);
+    for (rank, name) in hosts.iter().enumerate() {
         match groups.iter_mut().find(|(h, _)| *h == name) {
             Some((_, ranks)) => ranks.push(rank),
             None => groups.push((name, vec![rank])),
@@ -74,10 +72,10 @@ impl Hierarchy {
     pub(crate) fn build(
         rank: usize,
         links: &[Option<Link>],
-        addresses: &[String],
+        hosts: &[String],
         config: &CommConfig,
     ) -> Result<Option<Hierarchy>> {
-        let groups = hosts(addresses);
+        let groups = groups(hosts);
         let helps = groups.len() > 1 && groups.iter().any(|g| g.len() > 1);
         if config.transport != TransportPolicy::Auto || !helps {
             return Ok(None);
@@ -85,10 +83,10 @@ impl Hierarchy {
         let Some(mine) = groups.iter().find(|g| g.contains(&rank)) else {
             return Ok(None);
         };
-        let local_addresses: Vec<String> = mine.iter().map(|&r| addresses[r].clone()).collect();
+        let local_hosts: Vec<String> = mine.iter().map(|&r| hosts[r].clone()).collect();
         let local_links = sub_links(rank, mine, links)?;
         let local_rank = position(mine, rank);
-        let local_shm = shm::negotiate(local_rank, &local_links, &local_addresses, config)?
+        let local_shm = shm::negotiate(local_rank, &local_links, &local_hosts, config)?
             .map(|shm| shm.without_spinning());
         let local = Communicator::new(local_rank, mine.len(), local_links).with_shm(local_shm);
         // Equal hosts: local rank i of every host; else the leaders only.
@@ -122,7 +120,7 @@ impl Hierarchy {
             local,
             cross,
             sharded,
-            size: addresses.len(),
+            size: hosts.len(),
         }))
     }
 
@@ -211,10 +209,10 @@ mod tests {
 
     #[test]
     fn ranks_group_by_host_in_order_of_their_lowest_rank() {
-        let addresses: Vec<String> = ["b:1", "a:2", "b:3", "c:4", "a:5"]
+        let hosts: Vec<String> = ["b", "a", "b", "c", "a"]
             .iter()
             .map(|s| s.to_string())
             .collect();
-        assert_eq!(hosts(&addresses), vec![vec![0, 2], vec![1, 4], vec![3]]);
+        assert_eq!(groups(&hosts), vec![vec![0, 2], vec![1, 4], vec![3]]);
     }
 }

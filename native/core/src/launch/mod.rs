@@ -27,6 +27,7 @@ use crate::communicator::Communicator;
 use crate::config::{CommConfig, TransportPolicy};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, Result};
+use crate::hosts::{self, HOSTNAME_VARIABLE};
 use crate::rendezvous::{connect, Listener};
 use crate::rendezvous_service::exchange_entries;
 
@@ -78,6 +79,12 @@ pub struct RankSpec {
     /// Whether links are encrypted (TLS 1.3; `HOROVOD_RS_TLS`, default off).
     #[serde(default)]
     pub tls: bool,
+    /// This rank's host when not the host of its address (Horovod's
+    /// `HOROVOD_HOSTNAME`, read from the rank's own environment: a driver
+    /// never sets it for all ranks). Ranks of one host share memory and
+    /// count in its local ranks; ranks of different hosts talk TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
     /// The engine's knobs.
     #[serde(default)]
     pub engine: EngineConfig,
@@ -127,12 +134,18 @@ impl RankSpec {
     /// `InvalidArgument` naming the bad field or variable.
     pub fn from_json(json: &str, variable: impl Fn(&str) -> Option<String>) -> Result<RankSpec> {
         let mut value: serde_json::Value = serde_json::from_str(json).map_err(invalid_spec)?;
-        settings::fill_missing(&mut value, variable)?;
+        settings::fill_missing(&mut value, &variable)?;
+        fill_hostname(&mut value, variable(HOSTNAME_VARIABLE))?;
         let spec: RankSpec = serde_json::from_value(value).map_err(invalid_spec)?;
         spec.checked()
     }
 
     fn checked(self) -> Result<RankSpec> {
+        if let Some(why) = self.hostname.as_deref().and_then(hosts::refusal) {
+            return Err(Error::InvalidArgument(format!(
+                "rank spec: hostname: {why}"
+            )));
+        }
         if self.size == 0 || self.rank >= self.size {
             return Err(Error::InvalidArgument(format!(
                 "rank {} is out of range for a job of {} ranks",
@@ -181,8 +194,27 @@ impl RankSpec {
                 TransportPolicy::Flat
             },
             tls: self.tls,
+            hostname: self.hostname.clone(),
         }
     }
+}
+
+/// `HOROVOD_HOSTNAME`'s `value` as the spec's `hostname` when the spec has
+/// none; refused with the variable's name when it cannot name a host.
+fn fill_hostname(spec: &mut serde_json::Value, value: Option<String>) -> Result<()> {
+    let (Some(fields), Some(value)) = (spec.as_object_mut(), value) else {
+        return Ok(());
+    };
+    if fields.contains_key("hostname") {
+        return Ok(());
+    }
+    if let Some(why) = hosts::refusal(&value) {
+        return Err(Error::InvalidArgument(format!(
+            "{HOSTNAME_VARIABLE}: {why}"
+        )));
+    }
+    fields.insert("hostname".into(), value.into());
+    Ok(())
 }
 
 fn invalid_spec(error: serde_json::Error) -> Error {
@@ -198,6 +230,12 @@ pub struct Joined {
     pub placement: Placement,
     /// The spec it joined with.
     pub spec: RankSpec,
+    /// Whether its collectives go through shared memory: every rank is on
+    /// its host.
+    pub shared_memory: bool,
+    /// Whether its allreduce is hierarchical: within each host, then
+    /// across hosts over TCP.
+    pub hierarchical: bool,
 }
 
 /// Joins the job `spec` describes with `secret`: listen, exchange addresses,
@@ -245,14 +283,20 @@ pub fn join(spec: &RankSpec, secret: &[u8], listener: Option<Listener>) -> Resul
         }
     };
     check_every_rank_listens(&entries)?;
-    let placement = Placement::of(spec.rank, &entries);
     let communicator: Communicator =
         connect(listener, spec.rank, &entries, secret, &spec.comm_config())?;
+    let placement = Placement::of(spec.rank, communicator.hosts());
+    let (shared_memory, hierarchical) = (
+        communicator.uses_shared_memory(),
+        communicator.is_hierarchical(),
+    );
     let engine = Engine::start(communicator, spec.engine.clone())?;
     Ok(Joined {
         engine,
         placement,
         spec: spec.clone(),
+        shared_memory,
+        hierarchical,
     })
 }
 
@@ -329,6 +373,7 @@ mod tests {
                 collective_timeout: Duration::from_secs(600),
                 hierarchical_allreduce: true,
                 tls: false,
+                hostname: None,
                 engine: EngineConfig {
                     // Unless set, the stall check fails a tensor before a collective times out.
                     stall_timeout: Duration::from_secs(480),
@@ -363,6 +408,41 @@ mod tests {
         )
         .contains("unknown field `timeout`"));
         assert!(error("[1]").contains("rank spec"));
+    }
+
+    #[test]
+    fn horovod_hostname_names_the_rank_s_host_unless_the_spec_does() {
+        let spec = |json: &str, hostname: &str| {
+            let hostname = hostname.to_string();
+            RankSpec::from_json(json, move |name| {
+                (name == HOSTNAME_VARIABLE).then(|| hostname.clone())
+            })
+        };
+        let minimal = r#"{"rank": 0, "size": 1, "rendezvous": {"entries": ["a:1"]}}"#;
+        assert_eq!(
+            spec(minimal, "node-2").unwrap().hostname.as_deref(),
+            Some("node-2")
+        );
+        assert_eq!(
+            RankSpec::from_json(minimal, no_variables).unwrap().hostname,
+            None
+        );
+        let given =
+            r#"{"rank": 0, "size": 1, "rendezvous": {"entries": ["a:1"]}, "hostname": "x"}"#;
+        assert_eq!(
+            spec(given, "node-2").unwrap().hostname.as_deref(),
+            Some("x")
+        );
+        assert_eq!(
+            spec(minimal, "").unwrap_err().to_string(),
+            "invalid argument: HOROVOD_HOSTNAME: a host name cannot be empty"
+        );
+        let spaced =
+            r#"{"rank": 0, "size": 1, "rendezvous": {"entries": ["a:1"]}, "hostname": "a b"}"#;
+        assert!(spec(spaced, "node-2")
+            .unwrap_err()
+            .to_string()
+            .contains("rank spec: hostname: a host name has no spaces"));
     }
 
     #[test]

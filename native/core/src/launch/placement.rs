@@ -1,7 +1,5 @@
-//! Where a rank sits among the ranks of its job, from the hosts in their
-//! addresses: Horovod's local and cross ranks.
-
-use crate::address::host;
+//! Where a rank sits among the ranks of its job, from their hosts:
+//! Horovod's local and cross ranks.
 
 /// A rank's local rank and size (among the ranks of its host) and cross
 /// rank and size (among the ranks of every host with its local rank).
@@ -18,18 +16,17 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// The placement of `rank` among ranks listening at `addresses`
-    /// (`host:port` each).
-    pub fn of(rank: usize, addresses: &[String]) -> Placement {
-        let hosts: Vec<&str> = addresses.iter().map(|address| host(address)).collect();
-        let local_rank_of = |r: usize| hosts[..r].iter().filter(|&&h| h == hosts[r]).count();
+    /// The placement of `rank` among ranks on `hosts` (rank r on
+    /// `hosts[r]`).
+    pub fn of(rank: usize, hosts: &[String]) -> Placement {
+        let local_rank_of = |r: usize| hosts[..r].iter().filter(|h| **h == hosts[r]).count();
         let local_rank = local_rank_of(rank);
         let same_local_rank: Vec<usize> = (0..hosts.len())
             .filter(|&r| local_rank_of(r) == local_rank)
             .collect();
         Placement {
             local_rank,
-            local_size: hosts.iter().filter(|&&h| h == hosts[rank]).count(),
+            local_size: hosts.iter().filter(|h| **h == hosts[rank]).count(),
             cross_rank: same_local_rank.iter().take_while(|&&r| r < rank).count(),
             cross_size: same_local_rank.len(),
         }
@@ -42,13 +39,13 @@ mod tests {
 
     #[test]
     fn ranks_are_placed_by_host_in_rank_order() {
-        let addresses: Vec<String> = ["a:1", "b:1", "a:2", "a:3", "b:2", "[::1]:7"]
+        let hosts: Vec<String> = ["a", "b", "a", "a", "b", "[::1]"]
             .iter()
-            .map(|a| a.to_string())
+            .map(|h| h.to_string())
             .collect();
-        let placements: Vec<(usize, usize, usize, usize)> = (0..addresses.len())
+        let placements: Vec<(usize, usize, usize, usize)> = (0..hosts.len())
             .map(|rank| {
-                let p = Placement::of(rank, &addresses);
+                let p = Placement::of(rank, &hosts);
                 (p.local_rank, p.local_size, p.cross_rank, p.cross_size)
             })
             .collect();

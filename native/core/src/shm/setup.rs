@@ -5,7 +5,7 @@
 //! links, whatever the configuration, so that ranks configured differently
 //! agree instead of waiting for each other:
 //! 1. every rank but 0 → rank 0: one byte, 1 if it wants shared memory
-//!    (transport `Auto` and every address has its own host part);
+//!    (transport `Auto` and every rank is on this rank's host);
 //! 2. rank 0 → each: the segment's name (u8 length, bytes; length 0 for
 //!    TCP), if all want it and rank 0 could create it;
 //! 3. each → rank 0: one byte, 1 if it mapped the segment;
@@ -19,7 +19,6 @@ use log::{debug, warn};
 
 use super::segment::{unlink, Segment};
 use super::{ShmTransport, SLOT_BYTES};
-use crate::address::host;
 use crate::config::{CommConfig, TransportPolicy};
 use crate::error::{Error, Result};
 use crate::link::Link;
@@ -40,12 +39,11 @@ impl Drop for Unlink {
 pub(crate) fn negotiate(
     rank: usize,
     links: &[Option<Link>],
-    addresses: &[String],
+    hosts: &[String],
     config: &CommConfig,
 ) -> Result<Option<ShmTransport>> {
-    let size = addresses.len();
-    let wants = config.transport != TransportPolicy::Tcp
-        && addresses.iter().all(|a| host(a) == host(&addresses[rank]));
+    let size = hosts.len();
+    let wants = config.transport != TransportPolicy::Tcp && hosts.iter().all(|h| *h == hosts[rank]);
     let link = |peer: usize| {
         links[peer].as_ref().ok_or_else(|| Error::Unusable {
             cause: format!("rank {rank} has no connection to rank {peer}"),

@@ -319,6 +319,7 @@ pub fn config() -> CommConfig {
         },
         // The whole matrix runs encrypted under HOROVOD_RS_TLS=1.
         tls: horovod_core::tls_setting(var(horovod_core::TLS_VARIABLE).as_deref()).unwrap(),
+        hostname: None,
     }
 }
 
