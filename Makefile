@@ -231,6 +231,12 @@ elastic-test: spark-envs jar-$(LINE) $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)
 	$(call line_spark_env,$(LINE)) HOROVOD_RS_JAR=$(abspath $(call line_jar,$(LINE))) \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider --durations=5 --basetemp=build/$(LINE)/pytest-elastic integration-tests/elastic
 
+# Two simulated hosts (HOROVOD_HOSTNAME in each worker's environment) on a standalone cluster of
+# their own, on the newest line: run by make faults, as the cluster's start takes 20 s or more.
+hosts-test: spark-envs $(VENV)/.pytest $(VENV)/.horovod_rs
+	$(call line_spark_env,$(LINE)) $(PYTHON) -m pytest -q -p no:cacheprovider --durations=3 \
+	  --basetemp=build/$(LINE)/pytest-hosts integration-tests/hosts
+
 pyspark-connect-test: $(addprefix pyspark-connect-test-,$(TESTED_LINES))
 $(addprefix pyspark-connect-test-,$(TESTED_LINES)): pyspark-connect-test-%: spark-envs jar-% $(VENV)/.pytest \
     $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras $(VENV)/.connect $(VENV)/.mlflow
@@ -504,7 +510,7 @@ test-newest:
 
 ## Faults ----------------------------------------------------------------------
 
-.PHONY: faults faults-quick bench-recovery elastic-test test-newest pyspark-connect-test-full
+.PHONY: faults faults-quick bench-recovery elastic-test hosts-test test-newest pyspark-connect-test-full
 
 # The fault suite (scripts/faults.py, docs/reliability.md): FAULT_TRIALS trials of each kind of
 # fault on 2-rank jobs (a rank killed, frozen, silent; mismatched tensors; strangers on the
@@ -515,6 +521,7 @@ FAULT_TRIALS ?= 20
 FAULT_DEPS := $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.tensorflow $(VENV)/.torch
 faults: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
+	$(MAKE) --no-print-directory hosts-test
 
 # In make test: two trials of each kind of the engine's faults and one of a Spark driver killed (a
 # Spark trial starts a cluster: a minute or more each; an executor killed under the Run API and

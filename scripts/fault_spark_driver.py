@@ -220,11 +220,14 @@ def elastic(spark, result_dir, kind):
 
 
 class StandaloneCluster:
-    """A Spark standalone master and ``workers`` workers of one core each, started through
-    bin/spark-class (pip's pyspark has no sbin/start-master.sh), stopped when the block ends."""
+    """A Spark standalone master and ``workers`` workers of ``cores`` cores each, started through
+    bin/spark-class (pip's pyspark has no sbin/start-master.sh), stopped when the block ends.
+    ``worker_env(number)``: variables added to that worker's environment, which its executors
+    inherit (as a host's spark-env.sh sets them)."""
 
-    def __init__(self, workers, work_dir):
-        self._workers, self._work_dir = workers, work_dir
+    def __init__(self, workers, work_dir, cores=1, worker_env=None):
+        self._workers, self._work_dir, self._cores = workers, work_dir, cores
+        self._worker_env = worker_env or (lambda number: {})
 
     def __enter__(self):
         import socket
@@ -240,10 +243,23 @@ class StandaloneCluster:
         quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._processes = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host",
                                              "127.0.0.1", "--port", str(port), "--webui-port", "0"], **quiet)]
+        # Workers and drivers that find no master retry only after 5 to 20 s.
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or self._processes[0].poll() is not None:
+                    self.__exit__()
+                    raise RuntimeError("the standalone master did not start listening on port %d" % port)
+                time.sleep(0.2)
         for number in range(self._workers):
             self._processes.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--cores", "1", "--memory", "1g",
-                 "--webui-port", "0", "--work-dir", os.path.join(self._work_dir, "worker-%d" % number)], **quiet))
+                [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--cores", str(self._cores),
+                 "--memory", "1g", "--webui-port", "0",
+                 "--work-dir", os.path.join(self._work_dir, "worker-%d" % number)],
+                env=dict(os.environ, **self._worker_env(number)), **quiet))
         return self
 
     def __exit__(self, *exc):

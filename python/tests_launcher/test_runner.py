@@ -134,6 +134,22 @@ def test_a_hostfile_places_the_ranks_and_gives_the_default_number_of_processes(t
     assert seen.read_text().split() == ["127.0.0.2", "127.0.0.2"]
 
 
+def test_hosts_of_one_address_are_told_apart_by_their_names():
+    # Both names are this host: each rank's HOROVOD_HOSTNAME alone makes the engine see two hosts
+    # (shared memory within, TCP across), as the launcher's HOROVOD_LOCAL_* variables say.
+    script = ("import os, numpy as np; from horovod_rs.common import arrays, basics; basics.init()\n"
+              "s = arrays.allreduce(np.array([basics.rank() + 1.0]), op='sum')\n"
+              "print(basics.rank(), os.environ['HOROVOD_HOSTNAME'], basics.local_rank(), basics.local_size(),\n"
+              "      basics.cross_rank(), basics.cross_size(), os.environ['HOROVOD_LOCAL_SIZE'], int(s[0]))\n")
+    out = subprocess.run(HOROVODRS + ["-H", "localhost:2,127.0.0.1:2", "-np", "4", sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[0]<stdout>:0 localhost 0 2 0 2 2 10",
+                                               "[1]<stdout>:1 localhost 1 2 0 2 2 10",
+                                               "[2]<stdout>:2 127.0.0.1 0 2 1 2 2 10",
+                                               "[3]<stdout>:3 127.0.0.1 1 2 1 2 2 10"]
+
+
 def test_horovods_spelling_and_fewer_processes_than_slots(tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=4\n")

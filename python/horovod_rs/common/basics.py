@@ -52,7 +52,7 @@ class RankSpec:
         if "HOROVOD_RS_RENDEZVOUS" not in env:
             return None
         return cls(int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"]), env["HOROVOD_RS_RENDEZVOUS"],
-                   bytes.fromhex(env["HOROVOD_RS_SECRET"]), host=env.get("HOROVOD_HOSTNAME", "127.0.0.1"))
+                   bytes.fromhex(env["HOROVOD_RS_SECRET"]), host=env.get("HOROVOD_RS_HOST", "127.0.0.1"))
 
     def with_entries(self, entries):
         """This spec with every rank's address, exchanged by the caller."""

@@ -205,7 +205,9 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
         variables = dict(shared, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(local_rank),
                          HOROVOD_LOCAL_SIZE=str(local_size), HOROVOD_CROSS_RANK=str(cross_rank),
                          HOROVOD_CROSS_SIZE=str(sum(1 for slot in slots if slot[1] == local_rank)),
-                         HOROVOD_HOSTNAME=host if host in remote else here)
+                         # Horovod's: the rank's host as -H names it (which ranks share one, also
+                         # for the engine); other ranks reach it at HOROVOD_RS_HOST.
+                         HOROVOD_HOSTNAME=host, HOROVOD_RS_HOST=host if host in remote else here)
         if host in remote:
             p = subprocess.Popen(_ssh(host, ssh_port, dict(forwarded, **variables), command), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
