@@ -579,6 +579,15 @@ bench-launch: tools jar-release
 bench-launch-python: tools jar-release $(VENV)/.horovod_rs $(VENV)/.pytest $(VENV)/.connect
 	$(PYTHON) examples/bench/bench_run_api.py --master '$(MASTER)' --jar $(abspath $(JAR))
 
+# How the job's size costs: the engine's negotiation at 64-4,096 simulated ranks, the rendezvous
+# service taking 1,024 registrations, real ranks (threads) joining at 2-32; CSV
+# scale,<what>,<ranks>,<value>,<unit> (docs/scale.md).
+.PHONY: bench-scale
+bench-scale:
+	cargo build --release -p horovod-bench --bin horovod-bench-scale
+	@mkdir -p build/bench
+	bash -o pipefail -c './target/release/horovod-bench-scale | tee build/bench/scale.csv'
+
 # Allreduce (f32 SUM, 4 B to 64 MiB, 2-4 ranks on this host): ours over shared
 # memory and over TCP, then the peers, as one CSV on stdout; then a table and
 # a plot in docs/bench/.

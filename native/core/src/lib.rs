@@ -17,7 +17,8 @@
 //! `wire` (hello and header layouts), `handshake` (the authenticated
 //! exchange opening every connection), `rendezvous_service` (the driver's
 //! service gathering the ranks' addresses), `rendezvous` (listener,
-//! connect: the mesh's links), `address` (the parts of "host:port"), `hosts` (which
+//! connect: the mesh's links), `fd_limit` (the descriptors a mesh needs,
+//! checked at join), `address` (the parts of "host:port"), `hosts` (which
 //! host each rank is on: its address's or `HOROVOD_HOSTNAME`),
 //! `config` (timeouts, transport policy, encryption), `link` (one connection
 //! and its error mapping), `mesh` (a link to every rank), `communicator` (a
@@ -43,6 +44,7 @@ mod config;
 mod dtype;
 pub mod engine;
 mod error;
+mod fd_limit;
 mod handshake;
 mod hosts;
 pub mod launch;

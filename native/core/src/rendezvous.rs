@@ -35,6 +35,7 @@ use crate::auth::{self, Secret};
 use crate::communicator::Communicator;
 use crate::config::CommConfig;
 use crate::error::{Error, FirstError, Result};
+use crate::fd_limit;
 use crate::handshake::{self, Dialled};
 use crate::hosts;
 use crate::link::{io_error, Link};
@@ -113,6 +114,9 @@ pub(crate) fn is_host_port(address: &str) -> bool {
 /// * `Timeout`: a peer did not connect, or answer, in time; the message
 ///   mentions rejected connection attempts (e.g. a rank with another secret).
 /// * `PeerLost`: a lower rank closed the connection during the handshake.
+/// * `Io`: the file-descriptor limit is below what the mesh needs (checked
+///   before any link opens; the message names the limit), or a socket call
+///   failed.
 pub fn connect(
     listener: Listener,
     rank: usize,
@@ -130,6 +134,8 @@ pub fn connect(
     if size == 1 {
         return Communicator::over_links(0, vec![None], vec![mine], config);
     }
+    // Before any link: past the limit the mesh would fail half open.
+    fd_limit::ensure_room_for_mesh(size)?;
     let job = Job {
         rank,
         size,
