@@ -23,8 +23,9 @@
 //!
 //! Invariant: every rank executes the same responses in the same order. The
 //! negotiation is a sans-IO state machine (no sockets, no clock reads),
-//! tested with simulated ranks in one thread; the thread and the transport
-//! sit around it (modules `background`, `transport`).
+//! tested with simulated ranks in one thread ([`SimulatedJob`], which also
+//! measures it at scale); the thread and the transport sit around it
+//! (modules `background`, `transport`).
 //!
 //! Knobs come in one [`EngineConfig`]; nothing here reads the environment.
 //! `fusion_threshold` and `cache_capacity` must agree across ranks, so rank
@@ -37,6 +38,7 @@ mod device;
 mod fusion;
 mod handle;
 mod local_transport;
+mod lockstep;
 mod message;
 mod negotiation;
 mod payload;
@@ -69,6 +71,7 @@ pub use crate::dtype::DataType;
 pub use config::EngineConfig;
 pub use handle::Handle;
 pub use local_transport::LocalTransport;
+pub use lockstep::{CycleCost, SimulatedJob};
 pub use payload::{DeviceBuffer, Payload};
 pub use request::{Operation, Output, Request};
 pub use transport::Transport;

@@ -135,7 +135,6 @@ impl RankState {
     }
 
     /// Number of tensors submitted and not yet planned or failed.
-    #[cfg(test)]
     pub fn in_flight(&self) -> usize {
         self.pending.len()
     }

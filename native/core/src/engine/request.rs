@@ -263,6 +263,12 @@ impl TensorMeta {
     /// Where the ranks' metadata for one name disagree, naming the ranks:
     /// `None` when they agree. `metas[r]` is rank `r`'s.
     pub fn disagreement(metas: &[TensorMeta]) -> Option<String> {
+        // Identical metadata agree: the common case, checked without
+        // rendering anything (a round at 4,096 ranks rendered 2.6 million
+        // strings).
+        if metas.iter().all(|m| m == &metas[0]) {
+            return None;
+        }
         // Each property that has to agree, rendered per rank; the first one
         // that differs is reported.
         type Render = fn(&TensorMeta) -> String;

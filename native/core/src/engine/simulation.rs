@@ -4,7 +4,7 @@
 //! Property: whatever order and pace the ranks submit in, every rank plans
 //! the same batches in the same order, each tensor exactly once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -13,8 +13,10 @@ use rand::{Rng, SeedableRng};
 use crate::error::Error;
 use crate::reduce::ReduceOp;
 
-use super::coordinator::{Coordinator, StallReport};
-use super::negotiation::{AfterBits, CyclePlan, RankState};
+use super::config::EngineConfig;
+use super::coordinator::StallReport;
+use super::lockstep::SimulatedJob;
+use super::negotiation::CyclePlan;
 use super::request::{Operation, TensorMeta};
 use super::stall::StallPolicy;
 use crate::dtype::DataType;
@@ -26,9 +28,7 @@ const CYCLE: Duration = Duration::from_millis(1);
 type Outcome = (Vec<Vec<Vec<String>>>, Vec<Vec<(String, String)>>);
 
 struct Sim {
-    ranks: Vec<RankState>,
-    coordinator: Coordinator,
-    now: Instant,
+    job: SimulatedJob,
     /// Cycles that had a negotiation round.
     rounds: usize,
     warnings: Vec<StallReport>,
@@ -61,12 +61,15 @@ impl Cycle {
 
 impl Sim {
     fn new(size: usize, cache: usize, threshold: usize, stall: StallPolicy) -> Sim {
+        let config = EngineConfig {
+            cycle_time: CYCLE,
+            fusion_threshold: threshold,
+            stall_warning: stall.warning,
+            stall_timeout: stall.timeout,
+            cache_capacity: cache,
+        };
         Sim {
-            ranks: (0..size)
-                .map(|r| RankState::new(r, cache, threshold, stall.demote_after()))
-                .collect(),
-            coordinator: Coordinator::new(size, stall),
-            now: Instant::now(),
+            job: SimulatedJob::new(size, &config).unwrap(),
             rounds: 0,
             warnings: Vec::new(),
             stopped: false,
@@ -74,66 +77,26 @@ impl Sim {
     }
 
     fn submit(&mut self, rank: usize, meta: TensorMeta) {
-        self.ranks[rank].submit(meta, self.now).unwrap();
+        let now = self.job.now;
+        self.job.ranks[rank].submit(meta, now).unwrap();
     }
 
     fn cycle(&mut self) -> Cycle {
-        self.now += CYCLE;
-        let now = self.now;
-        let due = self.coordinator.wants_round(now);
-        let vectors: Vec<Vec<u64>> = self
-            .ranks
-            .iter_mut()
-            .enumerate()
-            .map(|(r, s)| s.start_cycle(now, r == 0 && due))
-            .collect();
-        let and: Vec<u64> = (0..vectors[0].len())
-            .map(|i| vectors.iter().fold(u64::MAX, |a, v| a & v[i]))
-            .collect();
-        let afters: Vec<AfterBits> = self
-            .ranks
-            .iter_mut()
-            .map(|s| s.on_bits(&and, now).unwrap())
-            .collect();
-        let mut lists = Vec::new();
-        for after in afters {
-            match after {
-                AfterBits::Stop => {
-                    self.stopped = true;
-                    return Cycle { plans: Vec::new() };
-                }
-                AfterBits::Continue(list) => lists.push(list),
-            }
-        }
-        let responses = if lists.iter().all(Option::is_some) {
-            self.rounds += 1;
-            let lists: Vec<Vec<u8>> = lists.into_iter().flatten().collect();
-            let outcome = self.coordinator.round(&lists, now).unwrap();
-            self.warnings.extend(outcome.warnings);
-            Some(outcome.responses)
-        } else {
-            assert!(
-                lists.iter().all(Option::is_none),
-                "ranks disagree on the round"
-            );
-            None
-        };
-        let plans = self
-            .ranks
-            .iter_mut()
-            .map(|s| s.on_responses(responses.as_deref()).unwrap())
-            .collect();
-        Cycle { plans }
+        let cycle = self.job.step().unwrap();
+        self.stopped |= cycle.stopped;
+        self.rounds += usize::from(cycle.cost.round);
+        self.warnings.extend(cycle.warnings);
+        Cycle { plans: cycle.plans }
     }
 
     /// Runs cycles until no rank has anything in flight; returns each
     /// rank's executed batches and failures.
     fn settle(&mut self, limit: usize) -> Outcome {
-        let n = self.ranks.len();
+        let n = self.job.ranks.len();
         let mut batches = vec![Vec::new(); n];
         let mut failures = vec![Vec::new(); n];
         for _ in 0..limit {
-            if self.ranks.iter().all(|r| r.in_flight() == 0) {
+            if self.job.ranks.iter().all(|r| r.in_flight() == 0) {
                 return (batches, failures);
             }
             let cycle = self.cycle();
@@ -223,7 +186,7 @@ fn random_orders_plan_identically_on_every_rank() {
             let mut batches = vec![Vec::new(); n];
             let mut cycles = 0;
             while orders.iter().any(|o| !o.is_empty())
-                || sim.ranks.iter().any(|r| r.in_flight() > 0)
+                || sim.job.ranks.iter().any(|r| r.in_flight() > 0)
             {
                 // Each rank submits a few of its remaining tensors per cycle.
                 for (rank, order) in orders.iter_mut().enumerate() {
@@ -357,13 +320,13 @@ fn strict() -> StallPolicy {
 }
 
 fn run_stall(sim: &mut Sim) -> Vec<Vec<(String, String)>> {
-    let mut failures = vec![Vec::new(); sim.ranks.len()];
+    let mut failures = vec![Vec::new(); sim.job.ranks.len()];
     for _ in 0..200 {
         let cycle = sim.cycle();
         for (rank, list) in failures.iter_mut().enumerate() {
             list.extend(cycle.failures(rank));
         }
-        if sim.ranks.iter().all(|r| r.in_flight() == 0) {
+        if sim.job.ranks.iter().all(|r| r.in_flight() == 0) {
             break;
         }
     }
@@ -391,7 +354,58 @@ fn stalled_tensor_fails_naming_the_missing_ranks() {
             failures[rank][0].1
         );
     }
-    assert_eq!(sim.coordinator.waiting(), 0);
+    assert_eq!(sim.job.coordinator.waiting(), 0);
+}
+
+#[test]
+fn a_dead_rank_among_1024_is_named_within_the_stall_timeout() {
+    let (size, dead, slow) = (1024, 617, 300);
+    let mut sim = Sim::new(size, 64, 1 << 20, strict());
+    let step = |sim: &mut Sim, ranks: &[usize]| {
+        for &rank in ranks {
+            for i in 0..8 {
+                sim.submit(rank, sum_f32(&format!("grad{i}"), 100 + i));
+            }
+        }
+    };
+    let everyone: Vec<usize> = (0..size).collect();
+    step(&mut sim, &everyone);
+    let (_, failures) = sim.settle(5);
+    assert!(failures.iter().all(Vec::is_empty));
+    // The next step's tensors are cached; one rank never submits them, one
+    // only after the warning (within the timeout).
+    let others: Vec<usize> = (0..size).filter(|&r| r != dead && r != slow).collect();
+    step(&mut sim, &others);
+    let start = sim.job.now;
+    let mut failures = vec![Vec::new(); size];
+    for cycle in 0..100 {
+        if cycle == 30 {
+            step(&mut sim, &[slow]);
+        }
+        let done = sim.cycle();
+        for (rank, list) in failures.iter_mut().enumerate() {
+            list.extend(done.failures(rank));
+        }
+        if sim.job.in_flight() == 0 {
+            break;
+        }
+    }
+    assert_eq!(sim.job.in_flight(), 0, "still waiting after 100 cycles");
+    let waited = sim.job.now - start;
+    assert!(
+        waited <= strict().timeout + 3 * CYCLE,
+        "failed after {waited:?}"
+    );
+    assert!(!sim.warnings.is_empty(), "no stall warning");
+    assert_eq!(sim.warnings[0].missing, vec![slow, dead]);
+    assert!(sim.warnings.iter().all(|w| w.missing.contains(&dead)));
+    for rank in (0..size).filter(|&r| r != dead) {
+        assert_eq!(failures[rank].len(), 8, "rank {rank}");
+        for (name, message) in &failures[rank] {
+            let expected = format!("tensor '{name}' stalled: ranks [{dead}] did not submit it");
+            assert!(message.starts_with(&expected), "rank {rank}: {message}");
+        }
+    }
 }
 
 #[test]
@@ -437,9 +451,11 @@ fn a_late_rank_within_the_timeout_still_completes() {
 fn duplicate_names_are_rejected_and_shutdown_stops_every_rank() {
     let mut sim = Sim::new(2, 16, 1 << 20, lenient());
     sim.submit(0, sum_f32("x", 1));
-    let err = sim.ranks[0].submit(sum_f32("x", 1), sim.now).unwrap_err();
+    let err = sim.job.ranks[0]
+        .submit(sum_f32("x", 1), sim.job.now)
+        .unwrap_err();
     assert!(matches!(err, Error::DuplicateName { .. }), "{err}");
-    sim.ranks[1].request_shutdown();
+    sim.job.ranks[1].request_shutdown();
     sim.cycle();
     assert!(sim.stopped);
 }
@@ -481,13 +497,16 @@ fn random_faults_fail_identically_and_spare_the_other_tensors() {
                     batches[rank].extend(cycle.batches(rank));
                     failures[rank].extend(cycle.failures(rank));
                 }
-                let idle = sim.ranks.iter().all(|r| r.in_flight() == 0);
+                let idle = sim.job.ranks.iter().all(|r| r.in_flight() == 0);
                 if idle && orders.iter().all(Vec::is_empty) {
                     break;
                 }
             }
             let context = format!("seed {seed} step {step}");
-            assert!(sim.ranks.iter().all(|r| r.in_flight() == 0), "{context}");
+            assert!(
+                sim.job.ranks.iter().all(|r| r.in_flight() == 0),
+                "{context}"
+            );
             for rank in 1..size {
                 assert_eq!(batches[rank], batches[0], "{context} rank {rank}");
             }
@@ -523,7 +542,7 @@ fn join_meta() -> TensorMeta {
 /// Runs `cycles` cycles (a joined rank keeps its join in flight, so
 /// `settle` would not return); each rank's batches and failures.
 fn run_cycles(sim: &mut Sim, cycles: usize) -> Outcome {
-    let n = sim.ranks.len();
+    let n = sim.job.ranks.len();
     let mut batches = vec![Vec::new(); n];
     let mut failures = vec![Vec::new(); n];
     for _ in 0..cycles {
