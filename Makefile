@@ -231,8 +231,9 @@ elastic-test: spark-envs jar-$(LINE) $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)
 	$(call line_spark_env,$(LINE)) HOROVOD_RS_JAR=$(abspath $(call line_jar,$(LINE))) \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider --durations=5 --basetemp=build/$(LINE)/pytest-elastic integration-tests/elastic
 
-# Two simulated hosts (HOROVOD_HOSTNAME in each worker's environment) on a standalone cluster of
-# their own, on the newest line: run by make faults, as the cluster's start takes 20 s or more.
+# Two hosts on one machine, twice, each time on a standalone cluster of its own, on the newest
+# line: named by HOROVOD_HOSTNAME in each worker's environment, then apart as Spark sees them (each
+# worker in a network namespace, as root). Run by make faults: a cluster's start takes 20 s or more.
 hosts-test: spark-envs $(VENV)/.pytest $(VENV)/.horovod_rs
 	$(call line_spark_env,$(LINE)) $(PYTHON) -m pytest -q -p no:cacheprovider --durations=3 \
 	  --basetemp=build/$(LINE)/pytest-hosts integration-tests/hosts

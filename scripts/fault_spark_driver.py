@@ -223,11 +223,14 @@ class StandaloneCluster:
     """A Spark standalone master and ``workers`` workers of ``cores`` cores each, started through
     bin/spark-class (pip's pyspark has no sbin/start-master.sh), stopped when the block ends.
     ``worker_env(number)``: variables added to that worker's environment, which its executors
-    inherit (as a host's spark-env.sh sets them)."""
+    inherit (as a host's spark-env.sh sets them). ``host``: the master's address;
+    ``worker_host(number)``: a worker's, with the command prefix that starts it (e.g. in a
+    network namespace)."""
 
-    def __init__(self, workers, work_dir, cores=1, worker_env=None):
-        self._workers, self._work_dir, self._cores = workers, work_dir, cores
+    def __init__(self, workers, work_dir, cores=1, worker_env=None, host="127.0.0.1", worker_host=None):
+        self._workers, self._work_dir, self._cores, self._host = workers, work_dir, cores, host
         self._worker_env = worker_env or (lambda number: {})
+        self._worker_host = worker_host or (lambda number: (None, []))
 
     def __enter__(self):
         import socket
@@ -239,15 +242,15 @@ class StandaloneCluster:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        self.url = "spark://127.0.0.1:%d" % port
+        self.url = "spark://%s:%d" % (self._host, port)
         quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._processes = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host",
-                                             "127.0.0.1", "--port", str(port), "--webui-port", "0"], **quiet)]
+                                             self._host, "--port", str(port), "--webui-port", "0"], **quiet)]
         # Workers and drivers that find no master retry only after 5 to 20 s.
         deadline = time.time() + 60
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection((self._host, port), timeout=1).close()
                 break
             except OSError:
                 if time.time() > deadline or self._processes[0].poll() is not None:
@@ -255,10 +258,12 @@ class StandaloneCluster:
                     raise RuntimeError("the standalone master did not start listening on port %d" % port)
                 time.sleep(0.2)
         for number in range(self._workers):
+            worker_host, prefix = self._worker_host(number)
             self._processes.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--cores", str(self._cores),
-                 "--memory", "1g", "--webui-port", "0",
-                 "--work-dir", os.path.join(self._work_dir, "worker-%d" % number)],
+                prefix + [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--cores", str(self._cores),
+                          "--memory", "1g", "--webui-port", "0",
+                          "--work-dir", os.path.join(self._work_dir, "worker-%d" % number)]
+                + (["--host", worker_host] if worker_host else []),
                 env=dict(os.environ, **self._worker_env(number)), **quiet))
         return self
 

@@ -26,7 +26,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def spark(tmp_path_factory):
     with StandaloneCluster(len(HOSTS), str(tmp_path_factory.mktemp("hosts")), cores=2,
                            worker_env=lambda number: {"HOROVOD_HOSTNAME": HOSTS[number]}) as cluster:
+        # The driver's address is set, not inherited from an earlier session of this process.
         session = (SparkSession.builder.master(cluster.url)
+                   .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.executor.cores", "2").config("spark.executor.memory", "1g")
                    .config("spark.cores.max", "4").config("spark.ui.enabled", "false")
                    .getOrCreate())
