@@ -25,7 +25,7 @@ use crate::reduce::{type_name, ReduceOp};
 /// First bytes of every hello.
 pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
 /// Version of this protocol; any change to the bytes exchanged bumps it.
-pub(crate) const PROTOCOL_VERSION: u16 = 5;
+pub(crate) const PROTOCOL_VERSION: u16 = 6;
 /// Magic plus version: the part of the hello every version shares.
 pub(crate) const PREFIX_LEN: usize = 10;
 /// Length of a whole hello of this version.
