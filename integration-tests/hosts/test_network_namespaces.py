@@ -10,12 +10,9 @@ from contextlib import contextmanager
 
 import cloudpickle
 import pytest
-from pyspark.sql import SparkSession
+from conftest import StandaloneCluster, four_rank_session
 
 import horovod_rs.spark
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-from fault_spark_driver import StandaloneCluster  # noqa: E402
 
 # The executors cannot import this module: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -62,11 +59,7 @@ def spark(tmp_path_factory):
     with namespaces(2) as (here, hosts), \
             StandaloneCluster(len(hosts), str(tmp_path_factory.mktemp("netns")), cores=2, host=here,
                               worker_host=lambda n: (hosts[n][1], ["ip", "netns", "exec", hosts[n][0]])) as cluster:
-        session = (SparkSession.builder.master(cluster.url)
-                   .config("spark.driver.host", here).config("spark.driver.bindAddress", here)
-                   .config("spark.executor.cores", "2").config("spark.executor.memory", "1g")
-                   .config("spark.cores.max", "4").config("spark.ui.enabled", "false")
-                   .getOrCreate())
+        session = four_rank_session(cluster, here)
         yield session
         session.stop()
 

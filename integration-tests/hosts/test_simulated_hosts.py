@@ -9,12 +9,9 @@ import sys
 
 import cloudpickle
 import pytest
-from pyspark.sql import SparkSession
+from conftest import StandaloneCluster, four_rank_session
 
 import horovod_rs.spark
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-from fault_spark_driver import StandaloneCluster  # noqa: E402
 
 HOSTS = ("node-a", "node-b")
 
@@ -26,12 +23,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def spark(tmp_path_factory):
     with StandaloneCluster(len(HOSTS), str(tmp_path_factory.mktemp("hosts")), cores=2,
                            worker_env=lambda number: {"HOROVOD_HOSTNAME": HOSTS[number]}) as cluster:
-        # The driver's address is set, not inherited from an earlier session of this process.
-        session = (SparkSession.builder.master(cluster.url)
-                   .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.executor.cores", "2").config("spark.executor.memory", "1g")
-                   .config("spark.cores.max", "4").config("spark.ui.enabled", "false")
-                   .getOrCreate())
+        session = four_rank_session(cluster, "127.0.0.1")
         yield session
         session.stop()
 
