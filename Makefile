@@ -431,7 +431,7 @@ dist-check:
 	for pyspark in $(PYSPARK_VERSION) $(PYSPARK_35); do \
 	  python3 -m venv $(DIST_TEST)/pyspark-$$pyspark && \
 	  env -u SPARK_HOME PATH=/usr/bin:/bin $(DIST_TEST)/pyspark-$$pyspark/bin/pip install -q \
-	    $(DIST)/horovod_rs-$(VERSION)-cp311-abi3-*_x86_64.whl pyspark==$$pyspark numpy && \
+	    "$$(echo $(DIST)/horovod_rs-$(VERSION)-cp311-abi3-*_x86_64.whl)[spark]" pyspark==$$pyspark numpy && \
 	  env -u SPARK_HOME PYSPARK_PYTHON=$(abspath $(DIST_TEST))/pyspark-$$pyspark/bin/python \
 	    $(DIST_TEST)/pyspark-$$pyspark/bin/python integration-tests/dist/check_install.py wheel || exit 1; \
 	done

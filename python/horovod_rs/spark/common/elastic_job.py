@@ -429,9 +429,9 @@ def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_tim
     world it formed."""
     import secrets
 
-    import pyarrow as pa
-
     from horovod_rs.spark.common import session
+
+    pa = session.require_pyarrow("horovod_rs.spark.run_elastic")
     from horovod_rs.spark.common.job import HorovodRunError, JobSettings, await_slots, spark_failure_text
     from horovod_rs.spark.common.output import OutputServer
 

@@ -145,6 +145,7 @@ class BarrierJob:
 
         if self.num_proc < 1:
             raise ValueError("num_proc must be at least 1, not %r" % (self.num_proc,))
+        session.require_pyarrow(self._description)
         if session.spark_version(self.spark) < (3, 5):
             raise RuntimeError("horovod_rs runs its ranks as a barrier stage of a DataFrame, which needs Spark 3.5 or "
                                "newer; this session's Spark is %s" % self.spark.version)

@@ -27,6 +27,17 @@ def active_session():
     return session or SparkSession.builder.getOrCreate()
 
 
+def require_pyarrow(what):
+    """pyarrow, or an ImportError saying what needs it: the ranks run in a barrier stage of Spark's
+    Arrow functions, which need it on the driver and the executors (Horovod's ``spark`` extra has it too)."""
+    try:
+        import pyarrow
+    except ImportError:
+        raise ImportError("%s needs pyarrow on the driver and the executors (Spark runs the ranks through its "
+                          "Arrow functions): pip install 'horovod_rs[spark]' (or pyarrow)" % what) from None
+    return pyarrow
+
+
 def is_connect(spark):
     """Whether ``spark`` is a Spark Connect client session."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
