@@ -589,6 +589,12 @@ bench-scale:
 	@mkdir -p build/bench
 	bash -o pipefail -c './target/release/horovod-bench-scale | tee build/bench/scale.csv'
 
+# The allreduce cost model at 8-1,024 ranks over 25/100/400 Gb/s (scripts/cost_model.py): its CSV,
+# its check against the measured 2-rank TCP figures, and docs/bench/cost_model.png.
+.PHONY: cost-model
+cost-model: $(VENV)/.matplotlib
+	$(PYTHON) scripts/cost_model.py --plot docs/bench/cost_model.png
+
 # Allreduce (f32 SUM, 4 B to 64 MiB, 2-4 ranks on this host): ours over shared
 # memory and over TCP, then the peers, as one CSV on stdout; then a table and
 # a plot in docs/bench/.
