@@ -63,6 +63,8 @@ def test_fit_predicts_and_reports_horovods_history(spark, store, mlflow_run):
     # The returned model trains on alone: its learning rate is the user's, not scaled by the ranks.
     assert np.isclose(float(model.getModel().optimizer.learning_rate.numpy()), 0.01)
     assert store.exists(store.get_run_path(model.getRunId()) + "/state.json")
+    timings = model.getTimings()  # Keras's callbacks time its steps, validation and checkpoints
+    assert min(timings[phase] for phase in ("setup", "train", "validation", "checkpoint")) > 0, timings
     # MLflow's run, active on the driver: the params, each epoch's metrics (step: the epoch), the model.
     import mlflow
 

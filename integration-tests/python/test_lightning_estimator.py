@@ -120,6 +120,8 @@ def test_fits_with_legacy_hooks_transforms_and_loads(spark, tmp_path):
     assert {"train_loss", "val_loss", "avg_val_loss"} <= set(history), history
     assert float(history["avg_val_loss"]) < 1.3, history
     assert not model.getModel().training
+    timings = model.getTimings()  # Lightning's hooks time its steps, validation and checkpoints
+    assert min(timings[phase] for phase in ("setup", "train", "validation", "checkpoint")) > 0, timings
     out = pipeline.transform(df).select("x1", "y", "y__output", "label__output")
     assert dict(out.dtypes)["label__output"] == "vector"
     rows = out.collect()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -76,7 +77,15 @@ def test_fits_learns_and_transforms(spark, tmp_path, mlflow_run, capsys):
     model = estimator(store, epochs=3, validation=0.2, metrics=[[lambda out, y: (out - y).abs().mean()]],
                       verbose=1).fit(df)
     # The driver's progress, one line per epoch here (not a terminal), besides the ranks' lines.
-    assert "horovod_rs: TorchEstimator.fit: epoch 3/3 done in " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "horovod_rs: TorchEstimator.fit: epoch 3/3 done in " in out
+    # Where the fit's time went: every phase, adding up to the fit's wall time; one line of it.
+    timings = model.getTimings()
+    assert list(timings) == ["driver", "launch", "join", "framework", "data", "setup", "train", "validation",
+                             "checkpoint", "return", "other", "wall"]
+    assert timings["train"] > 0 and timings["validation"] > 0 and timings["wall"] > timings["train"]
+    assert sum(v for k, v in timings.items() if k != "wall") == pytest.approx(timings["wall"], abs=0.02)
+    assert re.search(r"horovod_rs: TorchEstimator.fit took [0-9.]+ s: driver [0-9.]+ s, .*train [0-9.]+ s", out)
     history = model.getHistory()
     assert [h["epoch"] for h in history] == [0, 1, 2]
     assert set(history[-1]) == {"epoch", "train", "validation"}
@@ -180,6 +189,16 @@ def test_resumes_a_run_by_id_with_fp16_gradients_and_loss_constructors(spark, tm
     history = second.getHistory()
     assert [h["epoch"] for h in history] == [0, 1]
     assert history[0] == first.getHistory()[0]  # epoch 0 was not trained again
+
+
+def test_an_empty_dataframe_fails_naming_it(spark, tmp_path):
+    # No job counts the rows before the fit (it would compute the DataFrame twice): Spark runs no
+    # task over a DataFrame it knows to be empty, and the ranks count the rows of the others.
+    store = Store.create(str(tmp_path))
+    with pytest.raises(ValueError, match="the DataFrame has no rows: Spark ran no task over it"):
+        estimator(store).fit(regression(spark).limit(0))
+    with pytest.raises(HorovodRunError, match="the DataFrame has no training rows"):
+        estimator(store).fit(regression(spark).where("x1 > 2"))
 
 
 def test_missing_column_fails_on_the_driver(spark, tmp_path):

@@ -139,6 +139,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                         self.getTransformationFn())
 
     def _fit(self, df):
+        from horovod_rs.spark.common.timings import FitTimer
+
+        timer = FitTimer()
         self._check_params()
         backend = self._get_or_create_backend()
         spec = self._data_spec()
@@ -150,9 +153,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             seed = self.getRandomSeed()
             expressions.append((F.rand(seed if seed is not None else 0) < float(self.getValidation()))
                                .alias(VALIDATION_COLUMN))
+        # No emptiness check here: it would compute the DataFrame once more (all of it behind a sort
+        # or a randomSplit); the ranks count their rows and fail alike when there are none.
         prepared = df.select(*expressions)
-        if prepared.isEmpty():
-            raise ValueError("the DataFrame has no rows to train on")
         run_id, resume = self._run()
         retries = []
 
@@ -169,18 +172,20 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                     results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx, monitor)
             return self._create_model(results[0], run_id, infos)._set(retries=retries)
 
-        return self._monitored(run_id, train)
+        return self._monitored(run_id, train, timer)
 
-    def _monitored(self, run_id, train):
+    def _monitored(self, run_id, train, timer):
         """``train(monitor)``'s model, with the fit's events shown (``verbose``) and tracked in
-        MLflow (``mlflow_tracking``) by a ``progress.FitMonitor``."""
-        from horovod_rs.spark.common import progress, tracking
+        MLflow (``mlflow_tracking``) by a ``progress.FitMonitor``, and the fit's phases
+        (``timer``, a ``timings.FitTimer`` started with the fit) in its ``timings``."""
+        from horovod_rs.spark.common import progress, timings, tracking
 
         tracker = tracking.tracker_for(self.getMlflowTracking(), run_id)
         if tracker is not None:
             tracker.log_params(tracking.loggable_params(self))
             tracker.prepare(self._mlflow_model(self.getModel())[0])
-        monitor = progress.FitMonitor("%s.fit" % type(self).__name__, self.getVerbose(), tracker)
+        name = "%s.fit" % type(self).__name__
+        monitor = progress.FitMonitor(name, self.getVerbose(), tracker, timer=timer)
         ok = False
         try:
             model = train(monitor)
@@ -188,6 +193,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                 flavor, arguments = self._mlflow_model(model.getModel())
                 tracker.log_model(flavor, **arguments)
             ok = True
+            model._set(timings=timer.result())
+            if self.getVerbose():
+                print("horovod_rs: " + timings.line(name, model.getTimings()), flush=True)
             return model
         finally:
             if tracker is not None:
@@ -235,8 +243,10 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         return run_id, resume
 
     def _fit_on_parquet(self, dataset_idx):
+        from horovod_rs.spark.common.timings import FitTimer
         from horovod_rs.spark.common.util import dataset_of_open_block, has_prepared_data, parquet_column_infos
 
+        timer = FitTimer()
         self._check_params()
         if dataset_idx is None and self.getStore() is not None and not has_prepared_data(self.getStore(), None):
             dataset_idx = dataset_of_open_block(self.getStore())
@@ -249,7 +259,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             results = self._run_on_parquet(backend, spec, run_id, resume, dataset_idx, monitor)
             return self._create_model(results[0], run_id, infos)
 
-        return self._monitored(run_id, train)
+        return self._monitored(run_id, train, timer)
 
     def _run_on_parquet(self, backend, spec, run_id, resume, dataset_idx, monitor):
         """Every rank reads its rows of the prepared Parquet data in the store, then trains."""

@@ -137,6 +137,7 @@ class BarrierJob:
         self._forward_output = forward_output
         self._use_gpu = use_gpu
         self._description = description
+        self._monitor = monitor
         self._service = self._output = None
 
     def __enter__(self):
@@ -189,12 +190,17 @@ class BarrierJob:
                                              schema=pa.schema([("rank", pa.int32()), ("ok", pa.bool_()),
                                                                ("payload", pa.binary()), ("output", pa.string())]))
 
+        data = df
         if df is None:
             df = self.spark.range(0, n, 1, n)
         elif session.num_partitions(df) != n:
             df = df.repartition(n)
         stage = df.mapInArrow(task, OUTCOME_SCHEMA, barrier=True, **self._resources())
-        return self.results(self.collect(stage))
+        outcomes = self.collect(stage)
+        if not outcomes and data is not None:
+            # Spark plans a DataFrame it knows to be empty (limit(0), a false filter) with no tasks.
+            raise ValueError("the DataFrame has no rows: Spark ran no task over it")
+        return self.results(outcomes)
 
     def _resources(self):
         """A GPU per rank, when asked (a task resource profile of the stage)."""
@@ -217,6 +223,8 @@ class BarrierJob:
         # The tag names the job in Spark's UI too (tags may not hold commas).
         tag = "%s [%s]" % (self._description.replace(",", ";"), secrets.token_hex(6))
         start = _StartWatch(self.spark, self.num_proc, self._start_timeout, tag)
+        if self._monitor is not None:
+            self._monitor.submitted()
         try:
             with session.tagged(self.spark, tag), _CtrlC() as ctrl_c:
                 rows = stage.collect()
@@ -347,8 +355,10 @@ class RankContext:
         output)``, ``output`` being what the rank printed when it could not send it live."""
         from pyspark import BarrierTaskContext
 
+        from horovod_rs.spark.common import timings
         from horovod_rs.spark.common.output import forward_output
 
+        timings.task_started()
         rank = BarrierTaskContext.get().partitionId()
         output = forward_output(self.output_address, self.output_token, rank)
         try:

@@ -4,8 +4,9 @@ hands to the progress line (``Progress``, unless ``verbose=0``) and to MLflow (`
 
 Events are dicts: ``start`` (epochs, the first epoch of this attempt, steps and validation
 steps per epoch), ``step`` (epoch, training steps done in it, rank 0's running metrics; at most
-every ``STEP_EVENT_S``) and ``epoch`` (epoch, its metrics averaged over the ranks). Epochs count
-from 0, as Keras and Lightning count them.
+every ``STEP_EVENT_S``), ``epoch`` (epoch, its metrics averaged over the ranks) and, last,
+``timings`` (rank 0's phases, ``timings.RankTimer``). Epochs count from 0, as Keras and Lightning
+count them.
 
 On the driver, a terminal or a notebook shows one status line rewritten in place; other outputs
 (a log file, a pipe) get one line per epoch. Events the driver receives only after the job (a
@@ -15,6 +16,8 @@ Spark Connect client out of the executors' reach, ``output.replay``) reach MLflo
 import shutil
 import sys
 import time
+
+from horovod_rs.spark.common import timings
 
 # The least time between two step events of rank 0.
 STEP_EVENT_S = 0.5
@@ -41,6 +44,10 @@ class RankEvents:
 
     def epoch(self, epoch, metrics):
         self._send({"event": "epoch", "epoch": epoch, "metrics": scalars(metrics)})
+
+    def timings(self, report):
+        """Rank 0's phases (``timings.RankTimer.report``), its last event."""
+        self._send(dict(report, event="timings"))
 
     def _send(self, event, keep=True):
         if self._enabled:
@@ -138,13 +145,21 @@ class FitMonitor:
     """A fit's events on the driver: the progress line (``verbose`` > 0) and MLflow (``tracker``,
     a ``tracking.Tracker`` or None). ``on_event`` is the output server's ``on_event``."""
 
-    def __init__(self, name, verbose, tracker=None, stdout=None):
+    def __init__(self, name, verbose, tracker=None, stdout=None, timer=None):
         self.tracker = tracker
+        self.timer = timer or timings.FitTimer()
         self._progress = Progress(name) if verbose else None
         self.status_line = self._progress is not None and live_terminal(stdout or sys.stdout)
 
+    def submitted(self):
+        """The fit's job (an attempt of it) goes to Spark now."""
+        self.timer.submitted()
+
     def on_event(self, server, event, live):
         kind = event.get("event")
+        if kind == "timings":
+            self.timer.on_report(event)
+            return
         if kind == "epoch" and self.tracker is not None:
             self.tracker.log_metrics(event["epoch"], event["metrics"])
         if self._progress is None or not live:

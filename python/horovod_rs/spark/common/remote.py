@@ -23,6 +23,7 @@ from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.common.columns import ColumnError
 from horovod_rs.spark.common.data import RankData, memory_budget
 from horovod_rs.spark.common.progress import RankEvents
+from horovod_rs.spark.common.timings import RankTimer
 
 # The column that marks validation rows when ``validation`` is a fraction (drawn on the driver).
 VALIDATION_COLUMN = "__horovod_rs_validation"
@@ -91,17 +92,24 @@ def trainer(framework, settings):
 
 def run_rank(framework, settings, rank, batches):
     """One rank's fit: the framework starts, the rank's rows load, then the framework fits within
-    the run's local directory."""
+    the run's local directory; rank 0 sends its phases (``timings``) last."""
     if rank == 0 and settings.store is not None and settings.store.saving_runs:
         # Rank 0 writes the checkpoints: a store its executor cannot reach fails now, not after an epoch.
         try:
             settings.store.check_writable()
         except ValueError as e:
             raise ValueError("rank 0's executor cannot write to the store: %s" % e) from None
+    timer = RankTimer()
+    timer.lap("join")
     hvd, started = framework.start(settings, rank)
+    timer.lap("framework")
     share = load_share(batches, settings.data, hvd.local_size(), lend_rows=settings.batch_size)
+    timer.lap("data")
     try:
-        return framework.fit(RankFit(framework, settings, rank, hvd.size(), share), started)
+        run = RankFit(framework, settings, rank, hvd.size(), share, timer)
+        result = framework.fit(run, started)
+        run.events.timings(timer.report())
+        return result
     finally:
         share.close()
 
@@ -109,11 +117,13 @@ def run_rank(framework, settings, rank, batches):
 class RankFit:
     """One rank's fit as every framework runs it: its share of the rows, the steps of an epoch,
     the batch streams, the run's local directory (synced to the store by rank 0), rank 0's
-    checkpoint writer and its events for the driver (``events``: start, steps, epochs)."""
+    checkpoint writer, its events for the driver (``events``: start, steps, epochs) and its phases
+    (``timer``: the framework laps ``setup``, ``train``, ``validation`` and ``checkpoint``)."""
 
-    def __init__(self, framework, settings, rank, size, share):
+    def __init__(self, framework, settings, rank, size, share, timer=None):
         s = settings
         self.settings, self.rank, self.size, self.share = s, rank, size, share
+        self.timer = timer or RankTimer()
         self.verbose = s.verbose if rank == 0 else 0
         self.val_batch_size = s.val_batch_size or s.batch_size
         self.steps = s.train_steps_per_epoch or steps(share.train_rows, s.batch_size, size, framework.train_rounding)

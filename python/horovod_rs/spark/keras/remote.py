@@ -116,7 +116,8 @@ def _fit(run, hvd, k, model, custom_objects, user):
     for callback in user_callbacks:
         if hasattr(callback, "initial_lr") and type(callback).__module__.startswith("horovod_rs"):
             callback.initial_lr = callback.initial_lr * size if base_lr is None else base_lr * size
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=0), hvd.callbacks.MetricAverageCallback()]
+    callbacks = [_Laps(run.timer), hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=0),
+                 hvd.callbacks.MetricAverageCallback()]
     callbacks += user_callbacks
     with run.run_dir() as run_dir:
         checkpoint_file = None
@@ -131,7 +132,7 @@ def _fit(run, hvd, k, model, custom_objects, user):
             if run.saving:
                 _log_to_tensorboard(k, callbacks, run.logs_dir(run_dir), verbose)
             callbacks.append(_RunCheckpoint(writer, distributed, history, base_lr))
-        callbacks.append(_Events(run.events))  # last: it reports the epoch's averaged logs
+        callbacks.append(_Events(run.events, run.timer))  # last: it reports the epoch's averaged logs
         if verbose:
             print(run.describe())
         run.events.start(s.epochs, epochs_done, run.steps, run.val_steps)
@@ -186,17 +187,44 @@ class _RunCheckpoint:
         return RunCheckpoint(*args, **kwargs)
 
 
+class _Laps:
+    """The first callback: the fit's phases up to the end of each epoch's steps (``RankTimer``)."""
+
+    def __new__(cls, *args, **kwargs):
+        tf = frameworks.tensorflow()
+
+        class Laps(tf.keras.callbacks.Callback):
+            def __init__(self, timer):
+                super().__init__()
+                self.timer = timer
+
+            def on_train_begin(self, logs=None):
+                self.timer.lap("setup")
+
+            def on_test_begin(self, logs=None):
+                self.timer.lap("train")
+
+            def on_test_end(self, logs=None):
+                self.timer.lap("validation")
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.timer.lap("train")
+
+        return Laps(*args, **kwargs)
+
+
 class _Events:
-    """Rank 0's progress events: each epoch's logs, running logs while it trains."""
+    """The last callback: rank 0's progress events (each epoch's logs, running logs while it
+    trains); the time since ``_Laps`` ended the epoch's steps was the epoch's ``checkpoint``."""
 
     def __new__(cls, *args, **kwargs):
         tf = frameworks.tensorflow()
 
         class Events(tf.keras.callbacks.Callback):
-            def __init__(self, events):
+            def __init__(self, events, timer):
                 super().__init__()
                 self._supports_tf_logs = True  # logs converted only when an event goes out
-                self.events, self.epoch = events, 0
+                self.events, self.epoch, self.timer = events, 0, timer
 
             def on_epoch_begin(self, epoch, logs=None):
                 self.epoch = epoch
@@ -205,6 +233,7 @@ class _Events:
                 self.events.step(self.epoch, batch + 1, lambda: logs)
 
             def on_epoch_end(self, epoch, logs=None):
+                self.timer.lap("checkpoint")
                 self.events.epoch(epoch, logs)
 
         return Events(*args, **kwargs)

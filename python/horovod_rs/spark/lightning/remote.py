@@ -17,6 +17,7 @@ import typing
 
 import cloudpickle
 
+from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common import remote as common
 from horovod_rs.spark.lightning import legacy
 from horovod_rs.spark.lightning.strategy import strategy_class
@@ -98,7 +99,8 @@ def _fit(run, hvd, pl, device):
         checkpoint_callback = _user_checkpoint(pl, user_callbacks, run_dir)
         writer = run.writer(run_dir)
         history = dict(s.resume[0]["history"]) if s.resume is not None else {}
-        callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose, run.events)]
+        callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose, run.events,
+                                                           run.timer)]
         legacy_hooks = legacy.callback_hooks(pl, user_callbacks)
         if legacy_hooks is not None:
             callbacks.append(legacy_hooks)
@@ -185,16 +187,26 @@ def _user_checkpoint(pl, callbacks, run_dir):
     return None
 
 
-def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events):
+def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events, timer):
     """Every rank, after every epoch: the logged metrics averaged over the ranks into ``history``;
     rank 0 prints them, reports them (``events``, with its running metrics while it trains) and
-    commits a checkpoint of the whole run."""
+    commits a checkpoint of the whole run. ``timer`` gets the fit's phases."""
 
     class EpochEnd(pl.Callback):
+        def on_train_start(self, trainer, module):
+            timer.lap("setup")
+
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             events.step(trainer.current_epoch, batch_idx + 1, lambda: trainer.progress_bar_metrics)
 
+        def on_validation_start(self, trainer, module):
+            timer.lap("train")
+
+        def on_validation_end(self, trainer, module):
+            timer.lap("validation")
+
         def on_train_epoch_end(self, trainer, module):
+            timer.lap("train")
             local = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
             everyone = hvd.allgather_object(local, name="horovod_rs.lightning.metrics")
             names = sorted(set().union(*everyone))
@@ -209,6 +221,7 @@ def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events):
             trainer.save_checkpoint(path)  # every rank: it waits for the others
             if writer is not None:
                 writer.commit(trainer.current_epoch + 1, history)
+            timer.lap("checkpoint")
 
     return EpochEnd()
 
@@ -228,6 +241,7 @@ def _terminate_on_nan(pl):
 
 def _logger(pl, s, logs_dir, verbose):
     """The user's logger writing into the run's logs, else TensorBoard's when installed, else none."""
+    frameworks.tensorboard_without_tensorflow()
     logger = cloudpickle.loads(s.logger)
     if logger is not None:
         if hasattr(logger, "_root_dir"):

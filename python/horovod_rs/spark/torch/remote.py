@@ -19,6 +19,7 @@ import typing
 
 import cloudpickle
 
+from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common import remote as common
 from horovod_rs.spark.torch import device as devices
 from horovod_rs.spark.torch import util
@@ -156,13 +157,16 @@ def _fit(run, hvd, torch, device):
         if verbose:
             print(run.describe())
         run.events.start(s.epochs, epochs_done, run.steps, run.val_steps)
+        run.timer.lap("setup")
         for epoch in range(epochs_done, s.epochs):
             model.train()
             metrics = {"epoch": epoch, "train": run_epoch("train", epoch, run.steps, train_stream)}
             optimizer.step()  # the epoch's last (accumulated) gradients, as Horovod's loop
+            run.timer.lap("train")
             if val_stream is not None:
                 model.eval()
                 metrics["validation"] = run_epoch("validation", epoch, run.val_steps, val_stream)
+                run.timer.lap("validation")
             history.append(metrics)
             run.events.epoch(epoch, epoch_metrics(metrics))
             if verbose:
@@ -173,6 +177,7 @@ def _fit(run, hvd, torch, device):
                 if log_writer is not None:
                     log_writer.flush()
                 writer.commit(epoch + 1, history)
+            run.timer.lap("checkpoint")
         if log_writer is not None:
             log_writer.close()
         if rank != 0:
@@ -417,6 +422,7 @@ def _write_metrics_summary_fn():
 
 def _summary_writer(logs_dir, verbose):
     """TensorBoard's writer for rank 0, or None without the tensorboard package."""
+    frameworks.tensorboard_without_tensorflow()
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
