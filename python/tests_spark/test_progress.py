@@ -109,3 +109,39 @@ def test_events_kept_when_the_driver_is_out_of_reach_reach_the_tracker_only():
         server.close()
     assert tracker.metrics == [(0, {"loss": 0.5})]
     assert "epoch" not in out.getvalue()
+
+
+def test_a_fits_phases_add_up_to_its_wall_time_and_retried_attempts_count_as_other(monkeypatch):
+    from horovod_rs.spark.common import timings
+
+    clock = [100.0]
+    monkeypatch.setattr(timings.time, "time", lambda: clock[0])
+    fit = timings.FitTimer()
+    clock[0] = 101.0
+    fit.submitted()  # an attempt that lost a rank
+    clock[0] = 110.0
+    fit.submitted()
+    monitor = FitMonitor("TorchEstimator.fit", 0, timer=fit)
+    monitor.on_event(None, {"event": "timings", "started": 112.0, "ended": 130.0,
+                            "seconds": {"join": 1.0, "framework": 2.0, "data": 3.0, "train": 12.0}}, live=False)
+    clock[0] = 131.5
+    result = fit.result()
+    assert result == {"driver": 1.0, "launch": 2.0, "join": 1.0, "framework": 2.0, "data": 3.0, "train": 12.0,
+                      "return": 1.5, "other": 9.0, "wall": 31.5}
+    assert timings.line("TorchEstimator.fit", result) == (
+        "TorchEstimator.fit took 31.5 s: driver 1.0 s, launch 2.0 s, join 1.0 s, framework 2.0 s, data 3.0 s, "
+        "train 12.0 s, return 1.5 s, other 9.0 s")
+
+
+def test_rank_laps_give_each_phase_the_time_since_the_last():
+    from horovod_rs.spark.common import timings
+
+    timer = timings.RankTimer()
+    time.sleep(0.02)
+    timer.lap("setup")
+    timer.lap("train")
+    time.sleep(0.02)
+    timer.lap("setup")
+    report = timer.report()
+    assert report["seconds"]["setup"] >= 0.04 and report["seconds"]["train"] < 0.02
+    assert abs(report["ended"] - report["started"] - sum(report["seconds"].values())) < 1e-6

@@ -58,10 +58,12 @@ class FitTimer:
 
     def __init__(self):
         self.started = time.time()
-        self._submitted = self._report = None
+        self._first_submitted = self._submitted = self._report = None
 
     def submitted(self):
         self._submitted = time.time()
+        if self._first_submitted is None:
+            self._first_submitted = self._submitted
 
     def on_report(self, report):
         self._report = report
@@ -73,7 +75,8 @@ class FitTimer:
         wall = ended - self.started
         seconds = {}
         report, submitted = self._report, self._submitted or ended
-        seconds["driver"] = submitted - self.started
+        # Attempts before the last (a rank lost) fall between the first submission and the last.
+        seconds["driver"] = (self._first_submitted or ended) - self.started
         if report is not None:
             seconds["launch"] = max(0.0, report["started"] - submitted)
             seconds.update(report["seconds"])
