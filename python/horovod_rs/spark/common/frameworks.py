@@ -1,5 +1,4 @@
-"""Importing TensorFlow in a process that may later import PyTorch's compiler stack, and not
-importing it where only TensorBoard's event files are written.
+"""Importing TensorFlow in a process that may later import PyTorch's compiler stack.
 
 TensorFlow and Triton (which ``torch._dynamo``, and so PyTorch Lightning, import) each carry LLVM;
 loading Triton after TensorFlow aborts the process ("LLVM ERROR: inconsistency in registered
@@ -10,7 +9,6 @@ whenever it is installed.
 
 import importlib.util
 import sys
-import types
 
 
 def triton_before_tensorflow():
@@ -26,14 +24,3 @@ def tensorflow():
 
     return tensorflow
 
-
-def tensorboard_without_tensorflow():
-    """Makes TensorBoard's writers (``torch.utils.tensorboard``, Lightning's logger) use
-    TensorBoard's own stub of TensorFlow's file API, unless TensorFlow is loaded already. They
-    import TensorFlow whenever it is installed: 4.6 s of a PyTorch rank's start for event files
-    the stub writes as well, and a TensorFlow loaded before Triton (see above). The choice holds
-    for the process (TensorBoard keeps it); TensorFlow's own summaries do not depend on it."""
-    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorboard") is None:
-        return
-    # TensorBoard's switch for this: the module ``tensorboard.compat.notf`` being importable.
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))

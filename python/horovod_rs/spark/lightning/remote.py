@@ -17,7 +17,6 @@ import typing
 
 import cloudpickle
 
-from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common import remote as common
 from horovod_rs.spark.lightning import legacy
 from horovod_rs.spark.lightning.strategy import strategy_class
@@ -241,7 +240,6 @@ def _terminate_on_nan(pl):
 
 def _logger(pl, s, logs_dir, verbose):
     """The user's logger writing into the run's logs, else TensorBoard's when installed, else none."""
-    frameworks.tensorboard_without_tensorflow()
     logger = cloudpickle.loads(s.logger)
     if logger is not None:
         if hasattr(logger, "_root_dir"):

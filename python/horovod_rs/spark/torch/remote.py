@@ -19,7 +19,6 @@ import typing
 
 import cloudpickle
 
-from horovod_rs.spark.common import frameworks
 from horovod_rs.spark.common import remote as common
 from horovod_rs.spark.torch import device as devices
 from horovod_rs.spark.torch import util
@@ -422,7 +421,6 @@ def _write_metrics_summary_fn():
 
 def _summary_writer(logs_dir, verbose):
     """TensorBoard's writer for rank 0, or None without the tensorboard package."""
-    frameworks.tensorboard_without_tensorflow()
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
