@@ -574,13 +574,15 @@ bench-ingest: tools jar-release
 	  $(INGEST_ROWS) 2 native/bench-ingest/target/release/horovod-bench-ingest examples/rossmann/rossmann-model.json \
 	  | tee build/bench-ingest.csv
 
-# The same model and DataFrame fit every way: horovod_rs's Keras and Torch estimators on Arrow and
-# through prepare_data + Parquet, Spark's TorchDistributor, and the native estimator; one CSV.
-ESTIMATOR_ROWS ?= 200000
+# The same model and DataFrame fit every way, beside the floor (the same torch training without
+# Spark): horovod_rs's Keras, Torch and Lightning estimators on Arrow and through prepare_data +
+# Parquet, Spark's TorchDistributor and the native estimator, on a Rossmann-shaped MLP and on
+# Horovod's MNIST example; one CSV with each fit's phases (docs/estimators.md).
 ESTIMATOR_ARGS ?=
-bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
+bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow \
+                 $(VENV)/.estimator-extras
 	TF_CPP_MIN_LOG_LEVEL=3 $(SPARK_SUBMIT) $(SPARK_ARGS) --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=3 \
-	  examples/bench/bench_estimator.py --rows $(ESTIMATOR_ROWS) $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
+	  examples/bench/bench_estimator.py $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
 
 bench-launch: tools jar-release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)

@@ -1,106 +1,121 @@
 """make bench-estimator: the same model fit on the same DataFrame by every way this project (and
-its peer, Spark's TorchDistributor) offers; one CSV line per way:
+its peer, Spark's TorchDistributor) offers, beside the floor; one CSV line per way:
 
-    impl,framework,procs,rows,fit_seconds,samples_per_s
+    case,impl,framework,procs,rows,fit_seconds,x_floor,<phases>
 
-- ``arrow``: horovod_rs's KerasEstimator / TorchEstimator (``fit(df)``: each rank's partition
-  reaches it as Arrow batches);
+- ``floor``: the same training with nothing around it (``bench_floor.py``): the torch model in
+  ``procs`` processes with DistributedDataParallel over gloo, the same rows in memory, one thread
+  per process; ``fit_seconds`` is its training and validation loops' (its processes' start and
+  imports are its ``framework`` phase: a warm fit's Python workers have them already);
+- ``arrow``: horovod_rs's KerasEstimator / TorchEstimator / LightningEstimator (``fit(df)``: each
+  rank's partition reaches it as Arrow batches);
 - ``parquet``: the same estimators through ``prepare_data`` + ``fit_on_parquet`` (Horovod's way:
   the DataFrame is written to the store as Parquet first; the write is part of the time);
 - ``torchdistributor``: Spark's TorchDistributor running the same torch model with DDP over gloo,
   fed as its users usually do: the DataFrame written as Parquet, each process reading its files;
-- ``native``: horovod_rs's JVM HorovodEstimator with the native trainer (needs the jar).
+- ``native``: horovod_rs's JVM HorovodEstimator with the native trainer (the MLP only).
 
-The model: a Rossmann-shaped MLP on 36 float columns (36-256-256-1, ReLU, Adam, MSE), batch 256
-per process. ``fit_seconds`` is the wall time of the whole fit from the driver (launch, data,
-training, returning the model); ``samples_per_s`` is rows x epochs / fit_seconds. Each way first
-runs once untimed on a small DataFrame, so the executors' Python workers have imported the
-frameworks (as in a notebook's second fit); TorchDistributor starts new processes every run anyway.
+Two cases (``bench_models``): ``mlp``, a Rossmann-shaped MLP on 36 float columns (batch 256, 2
+epochs), and ``mnist``, Horovod's Spark MNIST example (its conv net on 28x28 generated digits,
+batch 64, 4 epochs, validation 0.1). ``fit_seconds`` is the driver's wall time for the whole fit
+(launch, data, training, the model back); ``x_floor`` is it over the floor's; the phases (seconds,
+``timings.PHASES``) are the fitted model's ``getTimings()``, the floor's ``train`` and
+``validation`` its loop's. The DataFrame is cached first, as the floor's rows are in memory, and
+each way first fits once untimed on a small DataFrame, so the executors' Python workers have
+imported the frameworks (as in a notebook's second fit); TorchDistributor starts new processes
+every run anyway.
 """
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 
-COLUMNS = ["c%d" % i for i in range(36)]
-HIDDEN = 256
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_models  # noqa: E402
+
+PHASES = ["driver", "launch", "join", "framework", "data", "setup", "train", "validation", "checkpoint", "return",
+          "other"]
+FLOOR_TIMEOUT_S = 1800
+# Per case: rows, epochs, batch size per process, validation fraction.
+CASES = {"mlp": dict(rows=200000, epochs=2, batch=256, validation=0.0),
+         "mnist": dict(rows=30000, epochs=4, batch=64, validation=0.1)}
 
 
-def rossmann_like(spark, rows, partitions):
+def mlp_data(spark, rows, partitions):
+    from pyspark.ml.feature import VectorAssembler
+
     exprs = ["CAST(rand(%d) * 10 AS FLOAT) AS c%d" % (i, i) for i in range(36)]
     df = spark.range(0, rows, numPartitions=partitions).selectExpr(*exprs)
     label = " + ".join("c%d * %f" % (i, (i % 7 - 3) / 10.0) for i in range(36))
-    return df.selectExpr("*", "CAST(%s AS FLOAT) AS y" % label)
+    df = df.selectExpr("*", "CAST(%s AS FLOAT) AS label" % label)
+    return VectorAssembler(inputCols=bench_models.COLUMNS, outputCol="features").transform(df) \
+        .select("features", "label")
 
 
-def keras_model():
-    import tensorflow as tf
+def mnist_data(spark, rows, partitions):
+    from pyspark.ml.feature import OneHotEncoder
 
-    inputs = tf.keras.Input(shape=(36,))
-    x = tf.keras.layers.Dense(HIDDEN, activation="relu")(inputs)
-    x = tf.keras.layers.Dense(HIDDEN, activation="relu")(x)
-    return tf.keras.Model(inputs, tf.keras.layers.Dense(1)(x))
+    sys.path.insert(0, os.path.join(HERE, os.pardir, "spark"))
+    import mnist_libsvm
 
-
-def torch_model():
-    import torch
-
-    return torch.nn.Sequential(torch.nn.Linear(36, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
-                               torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-mnist-"), "mnist.bz2")  # Spark reads it by its extension
+    mnist_libsvm.write(path, rows=rows)
+    df = spark.read.format("libsvm").option("numFeatures", "784").load(path).repartition(partitions)
+    # Keras learns one-hot labels, as in Horovod's Keras example.
+    return OneHotEncoder(inputCols=["label"], outputCols=["label_vec"], dropLast=False).fit(df).transform(df)
 
 
-def with_features(df):
-    from pyspark.ml.feature import VectorAssembler
+def estimator(args, framework, store):
+    common = dict(num_proc=args.procs, store=store, feature_cols=["features"], label_cols=["label"],
+                  batch_size=args.batch, epochs=args.epochs, validation=args.validation or None, verbose=0)
+    if framework == "keras":
+        from horovod_rs.spark.keras import KerasEstimator
 
-    return VectorAssembler(inputCols=COLUMNS, outputCol="features").transform(df).select("features", "y")
+        optimizer, loss = bench_models.keras_training(args.case)
+        if args.case == "mnist":
+            common["label_cols"] = ["label_vec"]
+        return KerasEstimator(model=bench_models.keras_model(args.case, args.hidden), optimizer=optimizer, loss=loss,
+                              **common)
+    if framework == "lightning":
+        from horovod_rs.spark.lightning import TorchEstimator as LightningEstimator
 
-
-def keras_estimator(args, store):
-    import tensorflow as tf
-
-    from horovod_rs.spark.keras import KerasEstimator
-
-    return KerasEstimator(num_proc=args.procs, store=store, model=keras_model(), optimizer=tf.keras.optimizers.Adam(
-        1e-3), loss="mse", feature_cols=["features"], label_cols=["y"], batch_size=args.batch, epochs=args.epochs,
-        verbose=0)
-
-
-def torch_estimator(args, store):
-    import torch
-
+        return LightningEstimator(model=bench_models.lightning_module(args.case, args.hidden), **common)
     from horovod_rs.spark.torch import TorchEstimator
 
-    model = torch_model()
-    return TorchEstimator(num_proc=args.procs, store=store, model=model,
-                          optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss=torch.nn.MSELoss(),
-                          input_shapes=[[-1, 36]], feature_cols=["features"], label_cols=["y"],
-                          batch_size=args.batch, epochs=args.epochs, verbose=0)
-
-
-ESTIMATORS = {"keras": keras_estimator, "torch": torch_estimator}
+    model = bench_models.torch_model(args.case, args.hidden)
+    return TorchEstimator(model=model, optimizer=bench_models.torch_optimizer(args.case, model),
+                          loss=bench_models.torch_loss(args.case), **common)
 
 
 def arrow(args, spark, df, framework, store):
-    return ESTIMATORS[framework](args, store).fit(with_features(df))
+    return estimator(args, framework, store).fit(df)
 
 
 def parquet(args, spark, df, framework, store):
     from horovod_rs.spark.common.util import clear_training_cache, prepare_data
 
     clear_training_cache()
-    with prepare_data(args.procs, store, with_features(df), label_columns=["y"], feature_columns=["features"],
-                      partitions_per_process=2) as index:
-        return ESTIMATORS[framework](args, store).fit_on_parquet(dataset_idx=index)
+    with prepare_data(args.procs, store, df, label_columns=["label"], feature_columns=["features"],
+                      validation=args.validation or None, partitions_per_process=2) as index:
+        return estimator(args, framework, store).fit_on_parquet(dataset_idx=index)
 
 
 def torchdistributor(args, spark, df, framework, store):
+    from pyspark import cloudpickle as spark_cloudpickle
+    from pyspark.ml.functions import vector_to_array
     from pyspark.ml.torch.distributor import TorchDistributor
 
+    # TorchDistributor's processes start outside Spark's Python workers, without the added file.
+    spark_cloudpickle.register_pickle_by_value(bench_models)
     path = os.path.join(tempfile.mkdtemp(prefix="bench-td-"), "data")
-    df.repartition(args.procs * 2).write.parquet(path)
-    epochs, batch = args.epochs, args.batch
+    df.select(vector_to_array("features", "float32").alias("features"), "label") \
+        .repartition(args.procs * 2).write.parquet(path)
+    case, hidden, epochs, batch = args.case, args.hidden, args.epochs, args.batch
 
     def train(path):
         import glob
@@ -112,17 +127,17 @@ def torchdistributor(args, spark, df, framework, store):
 
         dist.init_process_group("gloo")
         rank, size = dist.get_rank(), dist.get_world_size()
-        files = sorted(glob.glob(os.path.join(path, "*.parquet")))[rank::size]
-        table = pq.read_table(files)
-        x = torch.from_numpy(np.stack([table.column(c).to_numpy() for c in COLUMNS], axis=1))
-        y = torch.from_numpy(table.column("y").to_numpy()).reshape(-1, 1)
+        table = pq.read_table(sorted(glob.glob(os.path.join(path, "*.parquet")))[rank::size])
+        x = torch.from_numpy(np.stack(table.column("features").to_numpy(zero_copy_only=False)))
+        y = torch.from_numpy(table.column("label").to_numpy().astype(np.float32))
         loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch, shuffle=True)
-        model = torch.nn.parallel.DistributedDataParallel(torch_model())
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        model = torch.nn.parallel.DistributedDataParallel(bench_models.torch_model(case, hidden))
+        optimizer = bench_models.torch_optimizer(case, model, size)
+        loss_fn = bench_models.torch_loss(case)
         for _ in range(epochs):
             for features, labels in loader:
                 optimizer.zero_grad()
-                torch.nn.functional.mse_loss(model(features), labels).backward()
+                loss_fn(model(features), labels).backward()
                 optimizer.step()
         dist.destroy_process_group()
         return rank
@@ -131,33 +146,108 @@ def torchdistributor(args, spark, df, framework, store):
 
 
 def native(args, spark, df, framework, store):
+    from pyspark.ml.functions import vector_to_array
+
     from horovod_rs.spark.ml import HorovodEstimator
 
-    spec = {"inputs": [{"name": "x", "type": "float", "columns": COLUMNS}],
-            "layers": [{"name": "h1", "type": "dense", "input": "x", "units": HIDDEN, "activation": "relu"},
-                       {"name": "h2", "type": "dense", "input": "h1", "units": HIDDEN, "activation": "relu"},
+    spec = {"inputs": [{"name": "x", "type": "float", "columns": bench_models.COLUMNS}],
+            "layers": [{"name": "h1", "type": "dense", "input": "x", "units": args.hidden, "activation": "relu"},
+                       {"name": "h2", "type": "dense", "input": "h1", "units": args.hidden, "activation": "relu"},
                        {"name": "y_hat", "type": "dense", "input": "h2", "units": 1}],
             "outputs": ["y_hat"]}
-    return HorovodEstimator(modelSpec=spec, labelCols=["y"], numProc=args.procs, loss="mse", optimizer="adam",
-                            learningRate=1e-3, batchSize=args.batch, epochs=args.epochs, verbose=0).fit(df)
+    columns = df.select(vector_to_array("features", "float32").alias("v"), "label")
+    columns = columns.select(*[columns.v[i].alias(c) for i, c in enumerate(bench_models.COLUMNS)], "label")
+    return HorovodEstimator(modelSpec=spec, labelCols=["label"], numProc=args.procs, loss="mse", optimizer="adam",
+                            learningRate=1e-3, batchSize=args.batch, epochs=args.epochs, verbose=0).fit(columns)
 
 
-WAYS = [("arrow", "keras", arrow), ("arrow", "torch", arrow), ("parquet", "keras", parquet),
-        ("parquet", "torch", parquet), ("torchdistributor", "torch", torchdistributor), ("native", "native", native)]
+def floor(args, spark, df, framework, store):
+    """The floor's seconds per phase (its loop's); the rows collected to the driver first, untimed."""
+    return args.floor_run()
+
+
+def floor_runner(args, df):
+    """A function running the floor on ``df``'s rows (collected now, saved for the processes)."""
+    import numpy as np
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    seed_column = F.rand(0) < args.validation if args.validation else F.lit(False)
+    table = df.select(vector_to_array("features", "float32").alias("features"), "label",
+                      seed_column.alias("validation")).toPandas()
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-floor-"), "rows.npz")
+    np.savez(path, features=np.stack(table["features"].to_numpy()).astype(np.float32),
+             label=table["label"].to_numpy(np.float32), validation=table["validation"].to_numpy(bool))
+
+    def run():
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.procs),
+                   "--master_port", "29581", os.path.join(HERE, "bench_floor.py"), "--case", args.case, "--data", path,
+                   "--epochs", str(args.epochs), "--batch", str(args.batch), "--hidden", str(args.hidden)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=FLOOR_TIMEOUT_S,
+                                env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+        return json.loads(output.strip().splitlines()[-1])
+
+    return run
+
+
+WAYS = [("floor", "torch", floor), ("arrow", "torch", arrow), ("arrow", "lightning", arrow),
+        ("arrow", "keras", arrow), ("parquet", "torch", parquet), ("parquet", "keras", parquet),
+        ("torchdistributor", "torch", torchdistributor), ("native", "native", native)]
+CASE_WAYS = {"mlp": WAYS,
+             "mnist": [way for way in WAYS if way[0] in ("floor", "arrow", "torchdistributor")]}
+
+
+def run_case(spark, args, store, wanted):
+    df = (mlp_data if args.case == "mlp" else mnist_data)(spark, args.rows, args.partitions or args.procs * 4).cache()
+    df.count()
+    small = df.limit(2000).repartition(args.procs).cache()
+    small.count()
+    args.floor_run = floor_runner(args, df)
+    warmup = argparse.Namespace(**dict(vars(args), epochs=1))
+    warmup.floor_run = floor_runner(warmup, small)
+    floor_seconds = None
+    for impl, framework, way in CASE_WAYS[args.case]:
+        if wanted and "%s:%s" % (impl, framework) not in wanted and "%s:%s:%s" % (args.case, impl, framework) \
+                not in wanted:
+            continue
+        try:
+            way(warmup, spark, small, framework, store)
+        except Exception:
+            pass  # the timed run reports it
+        started = time.time()
+        try:
+            result = way(args, spark, df, framework, store)
+        except Exception as e:  # one way failing (e.g. a framework not installed) does not hide the others
+            print("%s,%s,%s: failed: %s" % (args.case, impl, framework, e), file=sys.stderr)
+            continue
+        seconds = time.time() - started
+        if impl == "floor":
+            # The floor's training and validation loops; its processes' start and imports (a warm
+            # fit's Python workers have them already) as its framework phase.
+            phases = dict(result, framework=seconds - result["train"] - result["validation"])
+            seconds = floor_seconds = result["train"] + result["validation"]
+        else:
+            phases = result.getTimings() if hasattr(result, "getTimings") else {}
+        ratio = "%.2f" % (seconds / floor_seconds) if floor_seconds else ""
+        print(",".join([args.case, impl, framework, str(args.procs), str(args.rows), "%.2f" % seconds, ratio] +
+                       ["%.2f" % phases[p] if p in phases else "" for p in PHASES]), flush=True)
+    df.unpersist()
+    small.unpersist()
 
 
 def main():
-    global HIDDEN
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200000)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--cases", default="mlp,mnist", help="comma-separated: mlp, mnist")
+    parser.add_argument("--rows", type=int, help="rows of each case's DataFrame (default: the case's)")
+    parser.add_argument("--epochs", type=int, help="default: the case's")
     parser.add_argument("--procs", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--only", help="comma-separated impl:framework pairs to run (default: all)")
-    parser.add_argument("--hidden", type=int, default=HIDDEN,
-                        help="units of the hidden layers; a small model makes the data path the cost")
+    parser.add_argument("--partitions", type=int,
+                        help="the cached DataFrame's partitions (default 4 per process; as many as processes "
+                             "spares the fit its repartition's shuffle)")
+    parser.add_argument("--only", help="comma-separated [case:]impl:framework to run (default: all)")
+    parser.add_argument("--hidden", type=int, default=256,
+                        help="units of the MLP's hidden layers; a small model makes the data path the cost")
     args = parser.parse_args()
-    HIDDEN = args.hidden
     import warnings
 
     from pyspark.sql import SparkSession
@@ -170,29 +260,14 @@ def main():
     warnings.filterwarnings("ignore", category=FutureWarning)  # pyspark on pandas 3: noise in the CSV
 
     spark = SparkSession.builder.appName("horovod-rs estimator benchmark").getOrCreate()
-    df = rossmann_like(spark, args.rows, args.procs * 4).cache()
-    df.count()
+    spark.sparkContext.addPyFile(bench_models.__file__)  # the models, for every way's executors
     store = Store.create(tempfile.mkdtemp(prefix="bench-store-"))
     wanted = set(args.only.split(",")) if args.only else None
-    small = rossmann_like(spark, 2000, args.procs).cache()
-    warmup = argparse.Namespace(**dict(vars(args), epochs=1))
-    print("impl,framework,procs,rows,fit_seconds,samples_per_s")
-    for impl, framework, way in WAYS:
-        if wanted and "%s:%s" % (impl, framework) not in wanted:
-            continue
-        try:
-            way(warmup, spark, small, framework, store)
-        except Exception:
-            pass  # the timed run reports it
-        started = time.time()
-        try:
-            way(args, spark, df, framework, store)
-        except Exception as e:  # one way failing (e.g. a framework not installed) does not hide the others
-            print("%s,%s: failed: %s" % (impl, framework, str(e).splitlines()[0][:200]), file=sys.stderr)
-            continue
-        seconds = time.time() - started
-        print("%s,%s,%d,%d,%.2f,%.0f" % (impl, framework, args.procs, args.rows, seconds,
-                                         args.rows * args.epochs / seconds), flush=True)
+    print(",".join(["case", "impl", "framework", "procs", "rows", "fit_seconds", "x_floor"] + PHASES))
+    for case in args.cases.split(","):
+        settings = dict(vars(args), case=case)
+        settings.update({k: v for k, v in CASES[case].items() if settings.get(k) is None})
+        run_case(spark, argparse.Namespace(**settings), store, wanted)
     spark.stop()
 
 
