@@ -124,13 +124,15 @@ def test_a_fits_phases_add_up_to_its_wall_time_and_retried_attempts_count_as_oth
     monitor = FitMonitor("TorchEstimator.fit", 0, timer=fit)
     monitor.on_event(None, {"event": "timings", "started": 112.0, "ended": 130.0,
                             "seconds": {"join": 1.0, "framework": 2.0, "data": 3.0, "train": 12.0}}, live=False)
+    clock[0] = 131.0
+    monitor.job_done()
     clock[0] = 131.5
     result = fit.result()
     assert result == {"driver": 1.0, "launch": 2.0, "join": 1.0, "framework": 2.0, "data": 3.0, "train": 12.0,
-                      "return": 1.5, "other": 9.0, "wall": 31.5}
+                      "return": 1.0, "model": 0.5, "other": 9.0, "wall": 31.5}
     assert timings.line("TorchEstimator.fit", result) == (
         "TorchEstimator.fit took 31.5 s: driver 1.0 s, launch 2.0 s, join 1.0 s, framework 2.0 s, data 3.0 s, "
-        "train 12.0 s, return 1.5 s, other 9.0 s")
+        "train 12.0 s, return 1.0 s, model 0.5 s, other 9.0 s")
 
 
 def test_rank_laps_give_each_phase_the_time_since_the_last():

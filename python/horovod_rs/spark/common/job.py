@@ -228,6 +228,8 @@ class BarrierJob:
         try:
             with session.tagged(self.spark, tag), _CtrlC() as ctrl_c:
                 rows = stage.collect()
+            if self._monitor is not None:
+                self._monitor.job_done()
         except BaseException as e:
             session.interrupt(self.spark, tag)
             if ctrl_c.pressed:

@@ -155,6 +155,10 @@ class FitMonitor:
         """The fit's job (an attempt of it) goes to Spark now."""
         self.timer.submitted()
 
+    def job_done(self):
+        """The fit's job has returned its results."""
+        self.timer.job_done()
+
     def on_event(self, server, event, live):
         kind = event.get("event")
         if kind == "timings":

@@ -20,7 +20,8 @@ PHASES = (
     ("train", "training steps"),
     ("validation", "validation steps"),
     ("checkpoint", "checkpoints and other end-of-epoch work"),
-    ("return", "the trained model back to the driver, the Model made"),
+    ("return", "rank 0's result back to the driver (the other ranks finishing too)"),
+    ("model", "the driver making the Model of the result"),
 )
 
 # When this process's task began as a rank (time.time()), set by the job's task.
@@ -58,31 +59,35 @@ class FitTimer:
 
     def __init__(self):
         self.started = time.time()
-        self._first_submitted = self._submitted = self._report = None
+        self._first_submitted = self._submitted = self._report = self._job_done = None
 
     def submitted(self):
         self._submitted = time.time()
         if self._first_submitted is None:
             self._first_submitted = self._submitted
 
+    def job_done(self):
+        """The job's results are on the driver."""
+        self._job_done = time.time()
+
     def on_report(self, report):
         self._report = report
 
     def result(self):
         """Seconds per phase and ``wall`` (the whole fit), in ``PHASES`` order; only ``driver``,
-        ``return`` and ``other`` without rank 0's report (a custom backend's fit)."""
+        ``model`` and ``other`` without rank 0's report (a custom backend's fit)."""
         ended = time.time()
         wall = ended - self.started
         seconds = {}
         report, submitted = self._report, self._submitted or ended
         # Attempts before the last (a rank lost) fall between the first submission and the last.
         seconds["driver"] = (self._first_submitted or ended) - self.started
+        job_done = self._job_done or ended
         if report is not None:
             seconds["launch"] = max(0.0, report["started"] - submitted)
             seconds.update(report["seconds"])
-            seconds["return"] = max(0.0, ended - max(report["ended"], submitted))
-        else:
-            seconds["return"] = 0.0
+            seconds["return"] = max(0.0, job_done - max(report["ended"], submitted))
+        seconds["model"] = ended - job_done
         ordered = {name: round(seconds[name], 3) for name, _ in PHASES if name in seconds}
         ordered["other"] = round(max(0.0, wall - sum(seconds.values())), 3)
         ordered["wall"] = round(wall, 3)
