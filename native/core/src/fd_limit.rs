@@ -2,7 +2,10 @@
 //! any link.
 //!
 //! Every rank holds a connection to every other rank, so a job of N ranks
-//! needs N - 1 sockets per rank on top of what the process already has open.
+//! needs N - 1 sockets per rank on top of what the process already has open,
+//! and up to as many again: the hierarchical collectives duplicate the links
+//! to their host's and their level's members, and while connecting each
+//! handshake in flight holds a duplicate of its socket.
 //! Past the process's `RLIMIT_NOFILE` the mesh would fail deep inside an
 //! `accept` or `connect` with "Too many open files", after other ranks have
 //! started waiting on this one; checked first, the job fails at join naming
@@ -34,7 +37,7 @@ pub(crate) fn ensure_room_for_mesh(size: usize) -> Result<()> {
     };
     let open = open_descriptors();
     let links = size.saturating_sub(1) as rlim_t;
-    let needed = open + links + SPARE;
+    let needed = open + 2 * links + SPARE;
     if needed <= soft {
         return Ok(());
     }
@@ -49,7 +52,8 @@ pub(crate) fn ensure_room_for_mesh(size: usize) -> Result<()> {
     Err(Error::Io {
         context: format!(
             "a job of {size} ranks needs {needed} file descriptors on this rank ({links} connections \
-             of the full mesh, {open} open already, {SPARE} spare), more than the process's limit \
+             of the full mesh and as many for their duplicates, {open} open already, {SPARE} spare), \
+             more than the process's limit \
              RLIMIT_NOFILE allows (soft {soft}, hard {}); raise the hard limit to at least {needed} \
              where the ranks start (`ulimit -n {needed}` in the launching shell, `LimitNOFILE=` of a \
              systemd unit, `nofile` in /etc/security/limits.conf) or run fewer ranks",
