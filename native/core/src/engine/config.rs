@@ -11,6 +11,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::stall::StallPolicy;
+use crate::error::{Error, Result};
+
+/// Largest cache accepted: its bit vectors are ANDed every cycle.
+pub(crate) const MAX_CACHE_CAPACITY: usize = 1 << 20;
+
 /// The engine's knobs. Defaults are Horovod's where Horovod has one.
 ///
 /// In JSON (the `engine` object of a [`crate::launch::RankSpec`]) each
@@ -46,6 +52,30 @@ pub struct EngineConfig {
     /// Responses kept in the response cache (`HOROVOD_CACHE_CAPACITY`,
     /// default 1024); 0 turns the cache off. Rank 0's value is used.
     pub cache_capacity: usize,
+}
+
+impl EngineConfig {
+    /// Refuses knobs the engine cannot run with.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a cache capacity above [`MAX_CACHE_CAPACITY`].
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.cache_capacity > MAX_CACHE_CAPACITY {
+            return Err(Error::InvalidArgument(format!(
+                "cache capacity {} is above the maximum {MAX_CACHE_CAPACITY}",
+                self.cache_capacity
+            )));
+        }
+        Ok(())
+    }
+
+    /// When waiting tensors are reported and failed.
+    pub(crate) fn stall_policy(&self) -> StallPolicy {
+        StallPolicy {
+            warning: self.stall_warning,
+            timeout: self.stall_timeout,
+        }
+    }
 }
 
 impl Default for EngineConfig {

@@ -287,7 +287,7 @@ fn unsupported_while_joined(waiting: &Waiting, joined: &[usize]) -> Option<Strin
 /// `r`'s, `None` for a rank that has joined and stands in). `join_result`
 /// becomes a join's `first_dims`.
 fn decide(name: String, metas: Vec<Option<TensorMeta>>, join_result: &[usize]) -> Response {
-    let Some(first) = metas.iter().flatten().next().cloned() else {
+    let Some(first) = metas.iter().flatten().next() else {
         return Response::Failed {
             name,
             failure: Failure::Mismatch {
@@ -296,10 +296,7 @@ fn decide(name: String, metas: Vec<Option<TensorMeta>>, join_result: &[usize]) -
         };
     };
     // A joined rank agrees with everyone: it takes the first submitter's metadata.
-    let filled: Vec<TensorMeta> = metas
-        .iter()
-        .map(|m| m.clone().unwrap_or_else(|| first.clone()))
-        .collect();
+    let filled: Vec<&TensorMeta> = metas.iter().map(|m| m.as_ref().unwrap_or(first)).collect();
     if let Some(detail) = TensorMeta::disagreement(&filled) {
         return Response::Failed {
             name,
@@ -320,7 +317,7 @@ fn decide(name: String, metas: Vec<Option<TensorMeta>>, join_result: &[usize]) -
         _ => Vec::new(),
     };
     Response::Ready(ReadyResponse {
-        meta: first,
+        meta: first.clone(),
         first_dims,
     })
 }

@@ -23,7 +23,6 @@ use super::config::EngineConfig;
 use super::coordinator::{Coordinator, StallReport};
 use super::negotiation::{AfterBits, CyclePlan, RankState};
 use super::request::Request;
-use super::stall::StallPolicy;
 use super::transport::pack_bits;
 
 /// What one cycle cost, by rank and by exchange.
@@ -48,9 +47,6 @@ pub struct CycleCost {
     pub planned: usize,
     /// Tensors failed (mismatch, stall) on any rank, with the error.
     pub failed: Vec<(usize, String, String)>,
-    /// Stall warnings the coordinator logged: the tensor and the ranks
-    /// missing.
-    pub warned: Vec<(String, Vec<usize>)>,
 }
 
 /// What one cycle did on every rank (the tests read the plans).
@@ -86,10 +82,8 @@ impl SimulatedJob {
                 "a job needs at least one rank".into(),
             ));
         }
-        let stall = StallPolicy {
-            warning: config.stall_warning,
-            timeout: config.stall_timeout,
-        };
+        config.check()?;
+        let stall = config.stall_policy();
         Ok(SimulatedJob {
             ranks: (0..size)
                 .map(|r| {
@@ -210,10 +204,6 @@ impl SimulatedJob {
                 cost.failed.push((rank, name.clone(), error.to_string()));
             }
         }
-        cost.warned = warnings
-            .iter()
-            .map(|w| (w.name.clone(), w.missing.clone()))
-            .collect();
         Ok(Cycle {
             plans,
             warnings,

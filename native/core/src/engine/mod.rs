@@ -65,10 +65,10 @@ use device::DeviceBackend;
 use fusion::FusionBuffer;
 use message::Settings;
 use negotiation::RankState;
-use stall::StallPolicy;
 
 pub use crate::dtype::DataType;
 pub use config::EngineConfig;
+use config::MAX_CACHE_CAPACITY;
 pub use handle::Handle;
 pub use local_transport::LocalTransport;
 pub use lockstep::{CycleCost, SimulatedJob};
@@ -78,9 +78,6 @@ pub use transport::Transport;
 
 /// The engine thread's name, before its rank (logs read the rank from it).
 pub const THREAD_NAME_PREFIX: &str = "hvd-engine-";
-
-/// Largest cache accepted: its bit vectors are ANDed every cycle.
-const MAX_CACHE_CAPACITY: usize = 1 << 20;
 
 /// A running engine on one rank. Dropping it asks every rank's engine to
 /// stop (they stop together at the next cycle) and waits for this rank's
@@ -106,12 +103,7 @@ impl Engine {
     /// `InvalidArgument` for an unusable config, the transport's error if
     /// the first exchange fails, `Io` if the thread cannot be spawned.
     pub fn start<T: Transport + 'static>(mut transport: T, config: EngineConfig) -> Result<Engine> {
-        if config.cache_capacity > MAX_CACHE_CAPACITY {
-            return Err(Error::InvalidArgument(format!(
-                "cache capacity {} is above the maximum {MAX_CACHE_CAPACITY}",
-                config.cache_capacity
-            )));
-        }
+        config.check()?;
         let (rank, size) = (transport.rank(), transport.size());
         let mine = Settings {
             fusion_threshold: config.fusion_threshold as u64,
@@ -128,10 +120,7 @@ impl Engine {
             .ok_or_else(|| too_big("cache capacity"))?;
         let fusion_threshold =
             usize::try_from(agreed.fusion_threshold).map_err(|_| too_big("fusion threshold"))?;
-        let stall = StallPolicy {
-            warning: config.stall_warning,
-            timeout: config.stall_timeout,
-        };
+        let stall = config.stall_policy();
         let state = RankState::new(rank, cache_capacity, fusion_threshold, stall.demote_after());
         let (commands, receiver) = mpsc::channel();
         let stopped: StopCause = Arc::new(Mutex::new(None));

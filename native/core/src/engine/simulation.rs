@@ -92,11 +92,11 @@ impl Sim {
     /// Runs cycles until no rank has anything in flight; returns each
     /// rank's executed batches and failures.
     fn settle(&mut self, limit: usize) -> Outcome {
-        let n = self.job.ranks.len();
+        let n = self.job.size();
         let mut batches = vec![Vec::new(); n];
         let mut failures = vec![Vec::new(); n];
         for _ in 0..limit {
-            if self.job.ranks.iter().all(|r| r.in_flight() == 0) {
+            if self.job.in_flight() == 0 {
                 return (batches, failures);
             }
             let cycle = self.cycle();
@@ -185,9 +185,7 @@ fn random_orders_plan_identically_on_every_rank() {
             let n = size;
             let mut batches = vec![Vec::new(); n];
             let mut cycles = 0;
-            while orders.iter().any(|o| !o.is_empty())
-                || sim.job.ranks.iter().any(|r| r.in_flight() > 0)
-            {
+            while orders.iter().any(|o| !o.is_empty()) || sim.job.in_flight() > 0 {
                 // Each rank submits a few of its remaining tensors per cycle.
                 for (rank, order) in orders.iter_mut().enumerate() {
                     for _ in 0..rng.gen_range(0..=4).min(order.len()) {
@@ -320,13 +318,13 @@ fn strict() -> StallPolicy {
 }
 
 fn run_stall(sim: &mut Sim) -> Vec<Vec<(String, String)>> {
-    let mut failures = vec![Vec::new(); sim.job.ranks.len()];
+    let mut failures = vec![Vec::new(); sim.job.size()];
     for _ in 0..200 {
         let cycle = sim.cycle();
         for (rank, list) in failures.iter_mut().enumerate() {
             list.extend(cycle.failures(rank));
         }
-        if sim.job.ranks.iter().all(|r| r.in_flight() == 0) {
+        if sim.job.in_flight() == 0 {
             break;
         }
     }
@@ -497,16 +495,13 @@ fn random_faults_fail_identically_and_spare_the_other_tensors() {
                     batches[rank].extend(cycle.batches(rank));
                     failures[rank].extend(cycle.failures(rank));
                 }
-                let idle = sim.job.ranks.iter().all(|r| r.in_flight() == 0);
+                let idle = sim.job.in_flight() == 0;
                 if idle && orders.iter().all(Vec::is_empty) {
                     break;
                 }
             }
             let context = format!("seed {seed} step {step}");
-            assert!(
-                sim.job.ranks.iter().all(|r| r.in_flight() == 0),
-                "{context}"
-            );
+            assert!(sim.job.in_flight() == 0, "{context}");
             for rank in 1..size {
                 assert_eq!(batches[rank], batches[0], "{context} rank {rank}");
             }
@@ -542,7 +537,7 @@ fn join_meta() -> TensorMeta {
 /// Runs `cycles` cycles (a joined rank keeps its join in flight, so
 /// `settle` would not return); each rank's batches and failures.
 fn run_cycles(sim: &mut Sim, cycles: usize) -> Outcome {
-    let n = sim.job.ranks.len();
+    let n = sim.job.size();
     let mut batches = vec![Vec::new(); n];
     let mut failures = vec![Vec::new(); n];
     for _ in 0..cycles {
