@@ -23,26 +23,47 @@ measured by `make bench-scale` (docs/scale.md), interpolated in log2(ranks).
 """
 
 import argparse
+import itertools
 import math
 import os
 import re
 
-# Coordinator CPU per steady cycle (ms) by ranks, from docs/scale.md (make bench-scale).
-COORDINATOR_MS = {64: 0.745, 256: 0.786, 1024: 0.916, 4096: 1.012}
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "docs")
 RANKS = [8, 16, 32, 64, 128, 256, 512, 1024]
 LINKS_GBPS = [25, 100, 400]
 ALGORITHMS = ("ring", "hierarchical", "tree")
 
 
-def coordinator_s(ranks):
-    points = sorted(COORDINATOR_MS.items())
+def markdown_table(text):
+    """The first Markdown table in ``text``: its header cells and its rows' cells."""
+    lines = itertools.dropwhile(lambda line: not line.startswith("|"), text.splitlines())
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]]
+            for line in itertools.takewhile(lambda line: line.startswith("|"), lines) if "---" not in line]
+    return rows[0], rows[1:]
+
+
+def coordinator_points(path):
+    """[(ranks, seconds)] of the coordinator's steady cycle, from docs/scale.md's table of
+    make bench-scale's run."""
+    text = open(path).read()
+    header, rows = markdown_table(text[text.index("| ranks | cold: coordinator"):])
+    column = header.index("steady: coordinator")
+    points = []
+    for row in rows:
+        number, unit = row[column].replace(",", "").split()
+        points.append((int(row[0].replace(",", "")), float(number) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]))
+    return sorted(points)
+
+
+def coordinator_s(points, ranks):
+    """The coordinator's steady cycle at ``ranks``, interpolated in log2(ranks) between ``points``."""
     if ranks <= points[0][0]:
-        return points[0][1] / 1e3
+        return points[0][1]
     for (r0, t0), (r1, t1) in zip(points, points[1:]):
         if ranks <= r1:
             f = (math.log2(ranks) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
-            return (t0 + f * (t1 - t0)) / 1e3
-    return points[-1][1] / 1e3
+            return t0 + f * (t1 - t0)
+    return points[-1][1]
 
 
 def allreduce_s(algorithm, n, ranks, per_host, link_bytes_s, alpha_net, local_bytes_s, alpha_local):
@@ -63,13 +84,11 @@ def measured_two_rank_tcp(path):
     """{bytes: busbw GB/s} and the 4-byte time (s) of the 2-rank horovod-rs-tcp column."""
     sizes = {"4 B": 4, "4 KiB": 4 << 10, "64 KiB": 64 << 10, "1 MiB": 1 << 20, "16 MiB": 16 << 20,
              "64 MiB": 64 << 20}
-    text = open(path).read().split("## 2 ranks", 1)[1].split("##", 1)[0]
-    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    header = [cell.strip() for cell in rows[0]]
+    header, rows = markdown_table(open(path).read().split("## 2 ranks", 1)[1].split("##", 1)[0])
     column = header.index("horovod-rs-tcp")
     busbw, small_s = {}, None
-    for row in rows[1:]:
-        size, value = sizes[row[0].strip()], row[column].strip()
+    for row in rows:
+        size, value = sizes[row[0]], row[column]
         if size == 4:
             small_s = float(re.match(r"[\d.]+", value).group()) / 1e6
         else:
@@ -95,20 +114,22 @@ def main():
     parser.add_argument("--alpha-us", type=float, default=20.0, help="latency of a message between hosts")
     parser.add_argument("--local-gbs", type=float, default=100.0, help="bus bandwidth within a host, GB/s")
     parser.add_argument("--local-alpha-us", type=float, default=1.0, help="latency of a step within a host")
-    parser.add_argument("--measured", default=os.path.join(os.path.dirname(__file__), "..", "docs", "bench",
-                                                           "collectives.md"))
+    parser.add_argument("--measured", default=os.path.join(DOCS, "bench", "collectives.md"))
+    parser.add_argument("--scale", default=os.path.join(DOCS, "scale.md"),
+                        help="make bench-scale's table of the coordinator's steady cycle")
     parser.add_argument("--plot", help="write the plot (PNG) here")
     args = parser.parse_args()
     common = dict(n=args.bytes, per_host=args.per_host, alpha_net=args.alpha_us / 1e6,
                   local_bytes_s=args.local_gbs * 1e9, alpha_local=args.local_alpha_us / 1e6)
 
+    points = coordinator_points(args.scale)
     table = {}
     print("model,algorithm,link_gbps,ranks,milliseconds")
     for gbps in LINKS_GBPS:
         for algorithm in ALGORITHMS:
             for ranks in RANKS:
                 seconds = allreduce_s(algorithm, ranks=ranks, link_bytes_s=gbps * 1e9 / 8, **common)
-                seconds += coordinator_s(ranks)
+                seconds += coordinator_s(points, ranks)
                 table[algorithm, gbps, ranks] = seconds
                 print("model,%s,%d,%d,%.2f" % (algorithm, gbps, ranks, seconds * 1e3))
     check(args.measured)
@@ -117,7 +138,7 @@ def main():
     # 4 GPUs on 25 Gb/s RoCE (a few microseconds per message), 88 % scaling efficiency.
     paper = dict(common, n=178e6, per_host=4, alpha_net=5e-6)
     for algorithm in ("ring", "hierarchical"):
-        seconds = allreduce_s(algorithm, ranks=512, link_bytes_s=25e9 / 8, **paper) + coordinator_s(512)
+        seconds = allreduce_s(algorithm, ranks=512, link_bytes_s=25e9 / 8, **paper) + coordinator_s(points, 512)
         print("paper,%s,25,512,%.1f" % (algorithm, seconds * 1e3))
 
     if args.plot:

@@ -240,7 +240,7 @@ class StandaloneCluster:
 
         spark_class = os.path.join(_find_spark_home(), "bin", "spark-class")
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((self._host, 0))  # free where the master will listen
             port = probe.getsockname()[1]
         self.url = "spark://%s:%d" % (self._host, port)
         quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -162,32 +162,27 @@ def native(args, spark, df, framework, store):
 
 
 def floor(args, spark, df, framework, store):
-    """The floor's seconds per phase (its loop's); the rows collected to the driver first, untimed."""
-    return args.floor_run()
-
-
-def floor_runner(args, df):
-    """A function running the floor on ``df``'s rows (collected now, saved for the processes)."""
+    """The floor's seconds per phase: its training and validation loops, and its processes' start
+    and imports as ``framework`` (a warm fit's Python workers have them already). ``df``'s rows
+    are collected to a file for the processes first, outside those."""
     import numpy as np
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
-    seed_column = F.rand(0) < args.validation if args.validation else F.lit(False)
+    validation = F.rand(0) < args.validation if args.validation else F.lit(False)
     table = df.select(vector_to_array("features", "float32").alias("features"), "label",
-                      seed_column.alias("validation")).toPandas()
+                      validation.alias("validation")).toPandas()
     path = os.path.join(tempfile.mkdtemp(prefix="bench-floor-"), "rows.npz")
     np.savez(path, features=np.stack(table["features"].to_numpy()).astype(np.float32),
              label=table["label"].to_numpy(np.float32), validation=table["validation"].to_numpy(bool))
-
-    def run():
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.procs),
-                   "--master_port", "29581", os.path.join(HERE, "bench_floor.py"), "--case", args.case, "--data", path,
-                   "--epochs", str(args.epochs), "--batch", str(args.batch), "--hidden", str(args.hidden)]
-        output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=FLOOR_TIMEOUT_S,
-                                env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
-        return json.loads(output.strip().splitlines()[-1])
-
-    return run
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.procs),
+               "--master_port", "29581", os.path.join(HERE, "bench_floor.py"), "--case", args.case, "--data", path,
+               "--epochs", str(args.epochs), "--batch", str(args.batch), "--hidden", str(args.hidden)]
+    started = time.time()
+    output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=FLOOR_TIMEOUT_S,
+                            env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    phases = json.loads(output.strip().splitlines()[-1])
+    return dict(phases, framework=time.time() - started - phases["train"] - phases["validation"])
 
 
 WAYS = [("floor", "torch", floor), ("arrow", "torch", arrow), ("arrow", "lightning", arrow),
@@ -202,16 +197,15 @@ def run_case(spark, args, store, wanted):
     df.count()
     small = df.limit(2000).repartition(args.procs).cache()
     small.count()
-    args.floor_run = floor_runner(args, df)
     warmup = argparse.Namespace(**dict(vars(args), epochs=1))
-    warmup.floor_run = floor_runner(warmup, small)
     floor_seconds = None
     for impl, framework, way in CASE_WAYS[args.case]:
         if wanted and "%s:%s" % (impl, framework) not in wanted and "%s:%s:%s" % (args.case, impl, framework) \
                 not in wanted:
             continue
         try:
-            way(warmup, spark, small, framework, store)
+            if way is not floor:  # the floor's processes start afresh every time
+                way(warmup, spark, small, framework, store)
         except Exception:
             pass  # the timed run reports it
         started = time.time()
@@ -221,10 +215,8 @@ def run_case(spark, args, store, wanted):
             print("%s,%s,%s: failed: %s" % (args.case, impl, framework, e), file=sys.stderr)
             continue
         seconds = time.time() - started
-        if impl == "floor":
-            # The floor's training and validation loops; its processes' start and imports (a warm
-            # fit's Python workers have them already) as its framework phase.
-            phases = dict(result, framework=seconds - result["train"] - result["validation"])
+        if way is floor:
+            phases = result
             seconds = floor_seconds = result["train"] + result["validation"]
         else:
             phases = result.getTimings() if hasattr(result, "getTimings") else {}

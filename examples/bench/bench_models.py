@@ -69,7 +69,7 @@ def keras_model(case, hidden=256):
         return tf.keras.Model(inputs, layers.Dense(1)(x))
     inputs = tf.keras.Input(shape=(784,))
     x = layers.Reshape((28, 28, 1))(inputs)
-    x = layers.Conv2D(10, 5, activation=None)(x)
+    x = layers.Conv2D(10, 5)(x)
     x = layers.Activation("relu")(layers.MaxPooling2D(2)(x))
     x = layers.SpatialDropout2D(0.5)(layers.Conv2D(20, 5)(x))
     x = layers.Activation("relu")(layers.MaxPooling2D(2)(x))

@@ -4,6 +4,7 @@ its own address and no HOROVOD_HOSTNAME is needed. A 4-rank Run API job must see
 two ranks and reduce across them. Needs root (CI and make faults run as root); skipped without."""
 
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def ip(*args):
-    subprocess.run(("ip",) + args, check=True, capture_output=True)
+    done = subprocess.run(("ip",) + args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("ip %s failed: %s" % (" ".join(args), done.stderr.strip()))
 
 
 @contextmanager
@@ -56,6 +59,8 @@ def namespaces(count):
 def spark(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
+    if shutil.which("ip") is None:
+        pytest.skip("network namespaces need iproute2's ip command")
     with namespaces(2) as (here, hosts), \
             StandaloneCluster(len(hosts), str(tmp_path_factory.mktemp("netns")), cores=2, host=here,
                               worker_host=lambda n: (hosts[n][1], ["ip", "netns", "exec", hosts[n][0]])) as cluster:

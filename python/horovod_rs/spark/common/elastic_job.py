@@ -430,10 +430,10 @@ def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_tim
     import secrets
 
     from horovod_rs.spark.common import session
-
-    pa = session.require_pyarrow("horovod_rs.spark.run_elastic")
     from horovod_rs.spark.common.job import HorovodRunError, JobSettings, await_slots, spark_failure_text
     from horovod_rs.spark.common.output import OutputServer
+
+    pa = session.require_pyarrow("horovod_rs.spark.run_elastic")
 
     settings = JobSettings(spark, env)
     start_timeout = settings.start_timeout if start_timeout is None else start_timeout

@@ -23,4 +23,3 @@ def tensorflow():
     import tensorflow
 
     return tensorflow
-

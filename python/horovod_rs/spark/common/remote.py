@@ -120,10 +120,9 @@ class RankFit:
     checkpoint writer, its events for the driver (``events``: start, steps, epochs) and its phases
     (``timer``: the framework laps ``setup``, ``train``, ``validation`` and ``checkpoint``)."""
 
-    def __init__(self, framework, settings, rank, size, share, timer=None):
+    def __init__(self, framework, settings, rank, size, share, timer):
         s = settings
-        self.settings, self.rank, self.size, self.share = s, rank, size, share
-        self.timer = timer or RankTimer()
+        self.settings, self.rank, self.size, self.share, self.timer = s, rank, size, share, timer
         self.verbose = s.verbose if rank == 0 else 0
         self.val_batch_size = s.val_batch_size or s.batch_size
         self.steps = s.train_steps_per_epoch or steps(share.train_rows, s.batch_size, size, framework.train_rounding)

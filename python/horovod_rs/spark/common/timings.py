@@ -24,7 +24,8 @@ PHASES = (
     ("model", "the driver making the Model of the result"),
 )
 
-# When this process's task began as a rank (time.time()), set by the job's task.
+# When this process's current task began as a rank (time.time()), set by the job's task and
+# taken by the task's RankTimer (a reused Python worker's next task sets its own).
 _task_started = None
 
 
@@ -39,7 +40,8 @@ class RankTimer:
     began) to ``phase``, so the phases add up to the rank's wall time."""
 
     def __init__(self):
-        self.started = _task_started if _task_started is not None else time.time()
+        global _task_started
+        self.started, _task_started = _task_started or time.time(), None
         self._last = self.started
         self.seconds = {}
 
