@@ -34,12 +34,13 @@ import sys
 import tempfile
 import time
 
+from horovod_rs.spark.common import timings
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_models  # noqa: E402
 
-PHASES = ["driver", "launch", "join", "framework", "data", "setup", "train", "validation", "checkpoint", "return",
-          "other"]
+PHASES = [name for name, _ in timings.PHASES] + ["other"]
 FLOOR_TIMEOUT_S = 1800
 # Per case: rows, epochs, batch size per process, validation fraction.
 CASES = {"mlp": dict(rows=200000, epochs=2, batch=256, validation=0.0),
