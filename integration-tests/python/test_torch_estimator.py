@@ -82,7 +82,7 @@ def test_fits_learns_and_transforms(spark, tmp_path, mlflow_run, capsys):
     # Where the fit's time went: every phase, adding up to the fit's wall time; one line of it.
     timings = model.getTimings()
     assert list(timings) == ["driver", "launch", "join", "framework", "data", "setup", "train", "validation",
-                             "checkpoint", "return", "model", "other", "wall"]
+                             "checkpoint", "finish", "return", "model", "other", "wall"]
     assert timings["train"] > 0 and timings["validation"] > 0 and timings["wall"] > timings["train"]
     assert sum(v for k, v in timings.items() if k != "wall") == pytest.approx(timings["wall"], abs=0.02)
     assert re.search(r"horovod_rs: TorchEstimator.fit took [0-9.]+ s: driver [0-9.]+ s, .*train [0-9.]+ s", out)

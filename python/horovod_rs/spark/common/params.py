@@ -73,7 +73,7 @@ MODEL_PARAMS = [
      "executor died): per retry, its attempt number, the epochs it resumed after (the next one ran again), its "
      "ranks (num_proc), the error"),
     ("timings", "Timings", None, None, "seconds the fit spent in each phase (driver, launch, join, framework, data, "
-     "setup, train, validation, checkpoint, return, model, other) and in all (wall); see "
+     "setup, train, validation, checkpoint, finish, return, model, other) and in all (wall); see "
      "horovod_rs.spark.common.timings"),
     ("_metadata", "_Metadata", None, None, "the training columns' types"),
 ]

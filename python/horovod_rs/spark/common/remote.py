@@ -108,6 +108,7 @@ def run_rank(framework, settings, rank, batches):
     try:
         run = RankFit(framework, settings, rank, hvd.size(), share, timer)
         result = framework.fit(run, started)
+        timer.lap("finish")
         run.events.timings(timer.report())
         return result
     finally:

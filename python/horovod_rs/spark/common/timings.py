@@ -20,6 +20,7 @@ PHASES = (
     ("train", "training steps"),
     ("validation", "validation steps"),
     ("checkpoint", "checkpoints and other end-of-epoch work"),
+    ("finish", "rank 0 after its last epoch: the end of training's callbacks, the model it returns"),
     ("return", "rank 0's result back to the driver (the other ranks finishing too)"),
     ("model", "the driver making the Model of the result"),
 )
