@@ -1,7 +1,9 @@
 """make bench-python: training steps/s of a Rossmann-shaped MLP (198-1000-1000-1000-500-1) on
 several processes, horovod_rs's DistributedOptimizer against torch's DistributedDataParallel
-(gloo). Run under `horovodrs -np N` (--impl horovod_rs) or `torch.distributed.run` (--impl ddp);
-rank 0 prints `impl,procs,batch,steps_per_s`.
+(gloo), and the floor: the same job with no communication (--impl none: each process steps its
+own model, as many processes at once, so they share the cores and memory as the others do). Run
+under `horovodrs -np N` (--impl horovod_rs, none) or `torch.distributed.run` (--impl ddp); rank 0
+prints `impl,procs,batch,steps_per_s`.
 """
 
 import argparse
@@ -36,27 +38,32 @@ def train(net, optimizer, batch, rank):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["horovod_rs", "ddp"], required=True)
+    parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none"], required=True)
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core per process, as in a Spark task
     net = model()
-    if args.impl == "horovod_rs":
-        import horovod_rs.torch as hvd
-
-        hvd.init()
-        rank, procs = hvd.rank(), hvd.size()
-        optimizer = hvd.DistributedOptimizer(torch.optim.Adam(net.parameters(), lr=1e-4),
-                                             named_parameters=net.named_parameters())
-        hvd.broadcast_parameters(net.state_dict(), root_rank=0)
-    else:
+    if args.impl == "ddp":
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         rank, procs = dist.get_rank(), dist.get_world_size()
         net = torch.nn.parallel.DistributedDataParallel(net)
         optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
+    else:
+        import horovod_rs.torch as hvd
+
+        hvd.init()  # with --impl none only to know the rank and to start together
+        rank, procs = hvd.rank(), hvd.size()
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
+        if args.impl == "horovod_rs":
+            optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=net.named_parameters())
+            hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+        else:
+            hvd.barrier()
     steps_per_s = train(net, optimizer, args.batch, rank)
+    if args.impl == "none":
+        hvd.barrier()  # the other process may still be stepping: leave together
     if rank == 0:
         print("%s,%d,%d,%.2f" % (args.impl, procs, args.batch, steps_per_s), flush=True)
     if args.impl == "ddp":
