@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 
 /// Descriptors kept free beyond the mesh: the listener's accepted sockets
 /// before their handshake, the shared-memory segment, the rendezvous
-/// service's connection, a log file.
+/// service's connection, the accept loop's doorbell (two), a log file.
 const SPARE: rlim_t = 16;
 
 /// Makes sure this process may open the links of a `size`-rank mesh,

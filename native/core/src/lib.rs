@@ -17,9 +17,10 @@
 //! `wire` (hello and header layouts), `handshake` (the authenticated
 //! exchange opening every connection), `rendezvous_service` (the driver's
 //! service gathering the ranks' addresses), `rendezvous` (listener,
-//! connect: the mesh's links), `fd_limit` (the descriptors a mesh needs,
-//! checked at join), `address` (the parts of "host:port"), `hosts` (which
-//! host each rank is on: its address's or `HOROVOD_HOSTNAME`),
+//! connect: the mesh's links), `doorbell` (waking an accept loop without a
+//! polling pause), `fd_limit` (the descriptors a mesh needs, checked at
+//! join), `address` (the parts of "host:port"), `hosts` (which host each
+//! rank is on: its address's or `HOROVOD_HOSTNAME`),
 //! `config` (timeouts, transport policy, encryption), `link` (one connection
 //! and its error mapping), `mesh` (a link to every rank), `communicator` (a
 //! rank's end of the mesh on the transports its policy and hosts allow:
@@ -41,6 +42,7 @@ mod auth;
 mod collectives;
 mod communicator;
 mod config;
+mod doorbell;
 mod dtype;
 pub mod engine;
 mod error;

@@ -34,6 +34,7 @@ use crate::address::host;
 use crate::auth::{self, Secret};
 use crate::communicator::Communicator;
 use crate::config::CommConfig;
+use crate::doorbell::Doorbell;
 use crate::error::{Error, FirstError, Result};
 use crate::fd_limit;
 use crate::handshake::{self, Dialled};
@@ -43,8 +44,9 @@ use crate::spin;
 use crate::tls::{Credentials, TLS_VARIABLE};
 use crate::wire::{self, Hello, ACK, KIND_RANK, NATIVE_ENDIAN};
 
-/// Pause between polls of the non-blocking listener.
-pub(crate) const ACCEPT_POLL: Duration = Duration::from_millis(5);
+/// Pause after a failed accept (e.g. out of descriptors) before the next
+/// try: the listener stays readable, so waiting on it would not pause.
+pub(crate) const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// Longest pause between attempts to connect to a peer not listening yet.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Longer timeouts are cut to this, so deadlines cannot overflow.
@@ -150,7 +152,7 @@ pub fn connect(
         .map_err(|e| Error::io("making the listener non-blocking", e))?;
 
     let first = FirstError::default();
-    let abort = Abort::default();
+    let abort = Abort::new()?;
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     thread::scope(|scope| {
         let acceptor = if rank + 1 < size {
@@ -340,20 +342,32 @@ impl Job {
 }
 
 /// Lets whichever side of rendezvous fails first stop the other promptly.
-#[derive(Default)]
 struct Abort {
     triggered: AtomicBool,
     /// Clone of the connection the connecting side is handshaking on, shut
     /// down on abort to wake it.
     in_flight: Mutex<Option<TcpStream>>,
+    /// Wakes the accepting side: on abort, and when a handshake has its
+    /// verdict.
+    doorbell: Doorbell,
 }
 
 impl Abort {
+    fn new() -> Result<Abort> {
+        Ok(Abort {
+            triggered: AtomicBool::new(false),
+            in_flight: Mutex::new(None),
+            doorbell: Doorbell::new()
+                .map_err(|e| Error::io("creating the rendezvous doorbell", e))?,
+        })
+    }
+
     fn trigger(&self) {
         self.triggered.store(true, Ordering::SeqCst);
         if let Some(stream) = self.slot().take() {
             let _ = stream.shutdown(Shutdown::Both);
         }
+        self.doorbell.ring();
     }
 
     fn is_triggered(&self) -> bool {
@@ -549,6 +563,7 @@ fn accept_higher(listener: &TcpListener, job: &Job, abort: &Abort) -> Side {
                         .name("hvd-handshake".into())
                         .spawn_scoped(scope, move || {
                             let _ = tx.send((id, accept_handshake(stream, from, job)));
+                            abort.doorbell.ring();
                         });
                     if let Err(e) = spawned {
                         warn!("rank {}: dropping connection from {from}: {e}", job.rank);
@@ -561,6 +576,8 @@ fn accept_higher(listener: &TcpListener, job: &Job, abort: &Abort) -> Side {
                     // accept: not fatal, genuine peers can still come.
                     warn!("rank {}: accept failed: {e}", job.rank);
                     last_rejection = format!("accept failed: {e}");
+                    thread::sleep(ACCEPT_RETRY_PAUSE);
+                    busy = true;
                 }
             }
             while let Ok((id, verdict)) = rx.try_recv() {
@@ -598,7 +615,10 @@ fn accept_higher(listener: &TcpListener, job: &Job, abort: &Abort) -> Side {
                 break Err(accept_timeout(job, &found, rejected, &last_rejection));
             }
             if !busy {
-                thread::sleep(ACCEPT_POLL);
+                if let Err(e) = abort.doorbell.wait(listener, Some(job.remaining())) {
+                    warn!("rank {}: waiting for connections failed: {e}", job.rank);
+                    thread::sleep(ACCEPT_RETRY_PAUSE);
+                }
             }
         };
         // Wake the handshakes still waiting on unauthenticated connections so

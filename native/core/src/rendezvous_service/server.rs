@@ -11,9 +11,10 @@ use std::time::Duration;
 use log::{debug, warn};
 
 use crate::auth::{self, Secret};
+use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::handshake;
-use crate::rendezvous::{self, ACCEPT_POLL};
+use crate::rendezvous::{self, ACCEPT_RETRY_PAUSE};
 use crate::wire::{Hello, KIND_SERVICE, KIND_SERVICE_CLIENT};
 
 use super::frames::*;
@@ -54,10 +55,13 @@ impl RendezvousService {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("making the rendezvous service's listener non-blocking", e))?;
+        let doorbell = Doorbell::new()
+            .map_err(|e| Error::io("creating the rendezvous service's doorbell", e))?;
         let shared = Arc::new(Shared {
             size,
             secret,
             stopping: AtomicBool::new(false),
+            doorbell,
             state: Mutex::new(State {
                 stopped: false,
                 next_id: 0,
@@ -90,10 +94,11 @@ impl RendezvousService {
 
 impl Drop for RendezvousService {
     /// Stops accepting and shuts every open connection down. Waits only for
-    /// the accept thread, which notices within one poll interval; connection
+    /// the accept thread, which the doorbell wakes at once; connection
     /// threads end on their own once their sockets are shut down.
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.doorbell.ring();
         {
             let mut state = self.shared.lock();
             state.stopped = true;
@@ -128,8 +133,10 @@ impl std::fmt::Debug for RendezvousService {
 struct Shared {
     size: usize,
     secret: Secret,
-    /// Set when the service is dropped; polled by the accept thread.
+    /// Set when the service is dropped; read by the accept thread, which
+    /// the doorbell then wakes.
     stopping: AtomicBool,
+    doorbell: Doorbell,
     state: Mutex<State>,
     /// Signalled when replies are ready or the service stops.
     changed: Condvar,
@@ -189,12 +196,17 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stopping.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, from)) => spawn_connection(stream, from, shared),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Err(e) = shared.doorbell.wait(listener, None) {
+                    warn!("rendezvous service: waiting for connections failed: {e}");
+                    thread::sleep(ACCEPT_RETRY_PAUSE);
+                }
+            }
             Err(e) => {
                 // E.g. out of descriptors or a connection reset before
                 // accept: not fatal, genuine ranks can still come.
                 warn!("rendezvous service: accept failed: {e}");
-                thread::sleep(ACCEPT_POLL);
+                thread::sleep(ACCEPT_RETRY_PAUSE);
             }
         }
     }
