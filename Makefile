@@ -586,8 +586,12 @@ bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.
 	TF_CPP_MIN_LOG_LEVEL=3 $(SPARK_SUBMIT) $(SPARK_ARGS) --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=3 \
 	  examples/bench/bench_estimator.py $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
 
+# The Run API's launch beside a plain, an empty barrier and an allGather barrier job of two tasks,
+# in turn for LAUNCH_RUNS rounds (empty: LaunchBenchmark's default); CSV impl,run,seconds and each
+# row's median (docs/launch.md).
+LAUNCH_RUNS ?=
 bench-launch: tools jar-release
-	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR)
+	$(SPARK_SUBMIT) $(SPARK_ARGS) --class horovod.rs.examples.LaunchBenchmark $(EXAMPLES_JAR) $(LAUNCH_RUNS)
 
 # The PySpark Run API's launch from a classic session and from a Spark Connect client, beside a
 # plain two-task job of each; CSV session,impl,run,seconds (docs/launch.md).
