@@ -109,6 +109,11 @@ pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static + seale
     /// length. Half-precision types compute in `f32` and round each result.
     fn reduce(dst: &mut [Self], src: &[Self], op: ReduceOp);
 
+    /// `dst[i] = op(a[i], b[i])` for every `i`: [`Element::reduce`] into a
+    /// third slice, which saves copying `a` into `dst` first.
+    #[doc(hidden)]
+    fn reduce_from(dst: &mut [Self], a: &[Self], b: &[Self], op: ReduceOp);
+
     /// Divides every element by `n` (the last step of `Average`).
     fn divide(data: &mut [Self], n: usize);
 
@@ -134,6 +139,14 @@ fn combine<T: Copy>(dst: &mut [T], src: &[T], f: impl Fn(T, T) -> T) {
     }
 }
 
+#[inline]
+fn combine_from<T: Copy>(dst: &mut [T], a: &[T], b: &[T], f: impl Fn(T, T) -> T) {
+    debug_assert!(dst.len() == a.len() && a.len() == b.len());
+    for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
+        *d = f(*x, *y);
+    }
+}
+
 /// Implements `Element` for a float type `$t` that computes in `$wide`
 /// (itself for `f32` and `f64`, `f32` for the half-precision types), with
 /// `$widen` and `$narrow` converting between the two.
@@ -154,6 +167,19 @@ macro_rules! float_element {
                     ReduceOp::Product => combine(dst, src, via(|a, b| a * b)),
                     ReduceOp::Min => combine(dst, src, via(<$wide>::min)),
                     ReduceOp::Max => combine(dst, src, via(<$wide>::max)),
+                }
+            }
+
+            fn reduce_from(dst: &mut [Self], a: &[Self], b: &[Self], op: ReduceOp) {
+                let (widen, narrow) = ($widen, $narrow);
+                let via = |f: fn($wide, $wide) -> $wide| {
+                    move |a: $t, b: $t| -> $t { narrow(f(widen(a), widen(b))) }
+                };
+                match op {
+                    ReduceOp::Sum | ReduceOp::Average => combine_from(dst, a, b, via(|a, b| a + b)),
+                    ReduceOp::Product => combine_from(dst, a, b, via(|a, b| a * b)),
+                    ReduceOp::Min => combine_from(dst, a, b, via(<$wide>::min)),
+                    ReduceOp::Max => combine_from(dst, a, b, via(<$wide>::max)),
                 }
             }
 
@@ -199,6 +225,17 @@ macro_rules! int_element {
                     ReduceOp::Product => combine(dst, src, <$t>::wrapping_mul),
                     ReduceOp::Min => combine(dst, src, Ord::min),
                     ReduceOp::Max => combine(dst, src, Ord::max),
+                }
+            }
+
+            fn reduce_from(dst: &mut [Self], a: &[Self], b: &[Self], op: ReduceOp) {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Average => {
+                        combine_from(dst, a, b, <$t>::wrapping_add)
+                    }
+                    ReduceOp::Product => combine_from(dst, a, b, <$t>::wrapping_mul),
+                    ReduceOp::Min => combine_from(dst, a, b, Ord::min),
+                    ReduceOp::Max => combine_from(dst, a, b, Ord::max),
                 }
             }
 
@@ -309,6 +346,21 @@ mod tests {
         let mut avg = [3.0f64, -6.0];
         f64::divide(&mut avg, 3);
         assert_eq!(avg, [1.0, -2.0]);
+    }
+
+    #[test]
+    fn reduce_from_equals_copy_then_reduce() {
+        let (a, b) = ([1.5f32, -0.0, 7.0], [2.0f32, 0.0, -7.5]);
+        for op in ReduceOp::ALL {
+            let mut expected = a;
+            f32::reduce(&mut expected, &b, op);
+            let mut got = [0.0f32; 3];
+            f32::reduce_from(&mut got, &a, &b, op);
+            assert_eq!(got.map(f32::to_bits), expected.map(f32::to_bits), "{op}");
+        }
+        let mut got = [0u8; 2];
+        u8::reduce_from(&mut got, &[250, 3], &[10, 4], ReduceOp::Sum);
+        assert_eq!(got, [4, 7]);
     }
 
     #[test]

@@ -7,17 +7,24 @@
 //! phase, then increments its counter ("signals") and waits until every
 //! rank's counter has reached the same value.
 //!
-//! Allreduce works chunk by chunk (a chunk fills a slot):
-//! 1. every rank copies its chunk into its slot and signals;
-//! 2. rank `r` reduces part `r` of the chunk (a [`segment`] of it) reading
-//!    that part of every rank's slot, into its own slot, and signals;
-//! 3. every rank copies each part from the slot of the rank that reduced it.
+//! Allreduce works chunk by chunk (a chunk fills a slot); part `k` of a
+//! chunk (a [`segment`] of it) is reduced by rank `k`:
+//! 1. every rank copies the parts the others reduce into its slot, each at
+//!    its place in the chunk, and signals;
+//! 2. rank `r` reduces part `r` in its own data, reading that part of every
+//!    other rank's slot, copies the result into its slot, and signals;
+//! 3. every rank copies each other part from the slot of the rank that
+//!    reduced it.
 //!
-//! One copy in, one copy out, and each element reduced by exactly one rank in
-//! one order, so every rank ends bit-identical. Chunks of at most
-//! [`SMALL_MAX`] bytes skip step 2: each rank reduces the whole chunk from
-//! all slots itself, in rank order (the same code on the same inputs in the
-//! same order gives the same bits), which saves a phase for latency.
+//! Per rank and chunk of `B` bytes with two ranks, that is `B` read from
+//! its data and `B` written to it, `B` written to and `B` read from shared
+//! memory: the least any way through a shared segment moves, since a rank
+//! cannot see its peer's memory. Each element is reduced by exactly one rank
+//! in one order, so every rank ends bit-identical. Chunks of at most
+//! [`SMALL_MAX`] bytes skip step 2: each rank copies the whole chunk into its
+//! slot, then reduces all slots itself, in rank order (the same code on the
+//! same inputs in the same order gives the same bits), which saves a phase
+//! for latency.
 //!
 //! [`shards`] splits an allreduce into its reduce-scatter and allgather
 //! halves, for the hierarchical allreduce.
@@ -61,6 +68,9 @@ pub(crate) use setup::negotiate;
 const SLOT_BYTES: usize = 1 << 20;
 /// Chunks up to this many bytes are reduced by every rank (one phase).
 const SMALL_MAX: usize = 16 << 10;
+/// Bytes reduced at a time before the result is published: a few such
+/// blocks (the rank's own, its peers', the copy) fit the L1 cache.
+const REDUCE_BLOCK: usize = 4 << 10;
 /// How long a waiter yields the CPU before it sleeps on the futex.
 const YIELD_FOR: Duration = Duration::from_millis(2);
 /// Longest futex sleep between checks of the peers and the deadline.
@@ -113,50 +123,111 @@ impl ShmTransport {
         op: ReduceOp,
         header: &Header,
     ) -> Result<()> {
-        const DURING: &str = "allreduce";
-        let (n, me) = (self.size, self.rank);
-        let chunk_elems = self.segment.slot_bytes() / std::mem::size_of::<T>();
-        let small = std::mem::size_of_val(data) <= SMALL_MAX;
         self.publish(header);
-        let total = data.len();
-        let chunks = total.div_ceil(chunk_elems).max(1);
-        for c in 0..chunks {
-            let start = c * chunk_elems;
-            let chunk = &mut data[start..(start + chunk_elems).min(total)];
-            let len = chunk.len();
+        if std::mem::size_of_val(data) <= SMALL_MAX {
+            return self.allreduce_small(links, data, op, header);
+        }
+        let chunk_elems = self.segment.slot_bytes() / std::mem::size_of::<T>();
+        for (c, chunk) in data.chunks_mut(chunk_elems).enumerate() {
             let which = self.next_slot();
-            // SAFETY (all slot accesses below): the regions are inside the
-            // slots (len <= chunk_elems), and by the phase protocol (module
-            // docs) no other rank writes a region while it is borrowed here.
-            unsafe { self.region_mut::<T>(me, which, 0..len) }.copy_from_slice(chunk);
-            self.complete_phase(links, header, DURING, c == 0)?;
-            if small {
-                chunk.copy_from_slice(unsafe { self.region::<T>(0, which, 0..len) });
-                for k in 1..n {
-                    T::reduce(chunk, unsafe { self.region::<T>(k, which, 0..len) }, op);
-                }
-                if op == ReduceOp::Average {
-                    T::divide(chunk, n);
-                }
-                continue;
-            }
-            let mine = part(len, n, me);
-            let acc = unsafe { self.region_mut::<T>(me, which, mine.clone()) };
+            // SAFETY (the three steps): each runs where its docs say, on a
+            // chunk that fits a slot.
+            unsafe { self.publish_inputs(chunk, which) };
+            self.complete_phase(links, header, "allreduce", c == 0)?;
+            unsafe { self.reduce_mine(chunk, which, op) };
+            self.complete_phase(links, header, "allreduce", false)?;
+            unsafe { self.gather_results(chunk, which) };
+        }
+        Ok(())
+    }
+
+    /// Allreduce of at most [`SMALL_MAX`] bytes in one phase: every rank
+    /// copies its data into its slot, then reduces all slots in rank order
+    /// into its data.
+    fn allreduce_small<T: Element>(
+        &mut self,
+        links: &[Option<Link>],
+        data: &mut [T],
+        op: ReduceOp,
+        header: &Header,
+    ) -> Result<()> {
+        let which = self.next_slot();
+        let all = 0..data.len();
+        // SAFETY (slot accesses below): the data fits a slot; this rank's
+        // slot is unread until the phase, every slot unwritten after it
+        // until this rank's next phase.
+        unsafe { self.region_mut::<T>(self.rank, which, all.clone()) }.copy_from_slice(data);
+        self.complete_phase(links, header, "allreduce", true)?;
+        let slot = |k: usize| unsafe { self.region::<T>(k, which, all.clone()) };
+        // Two ranks at least: one transport per communicator of several.
+        T::reduce_from(data, slot(0), slot(1), op);
+        for k in 2..self.size {
+            T::reduce(data, slot(k), op);
+        }
+        if op == ReduceOp::Average {
+            T::divide(data, self.size);
+        }
+        Ok(())
+    }
+
+    /// Step 1: copies the parts of `chunk` other ranks reduce into this
+    /// rank's slot `which`, each at its place in the chunk.
+    ///
+    /// # Safety
+    /// Only before the chunk's first phase (no rank reads `which` then, by
+    /// the module's invariant), with `chunk` no longer than a slot.
+    unsafe fn publish_inputs<T: Element>(&self, chunk: &[T], which: usize) {
+        let (n, me) = (self.size, self.rank);
+        for k in (0..n).filter(|&k| k != me) {
+            let theirs = part(chunk.len(), n, k);
+            // SAFETY: inside the slot; unread until the phase (caller).
+            unsafe { self.region_mut::<T>(me, which, theirs.clone()) }
+                .copy_from_slice(&chunk[theirs]);
+        }
+    }
+
+    /// Step 2: reduces this rank's part of `chunk` in place, from its own
+    /// data and the other ranks' copies in the order `me`, `me + 1`, ...,
+    /// and copies the result into its slot. Works in blocks that stay in the
+    /// L1 cache, so the result is copied out from there.
+    ///
+    /// # Safety
+    /// Only between the chunk's two phases (every rank has copied its part
+    /// in, and none reads this rank's part of its slot yet).
+    unsafe fn reduce_mine<T: Element>(&self, chunk: &mut [T], which: usize, op: ReduceOp) {
+        let (n, me) = (self.size, self.rank);
+        let mine = part(chunk.len(), n, me);
+        let block = (REDUCE_BLOCK / std::mem::size_of::<T>()).max(1);
+        for offset in (0..mine.len()).step_by(block) {
+            let len = block.min(mine.len() - offset);
+            let acc = &mut chunk[mine.start + offset..][..len];
+            let at = mine.start + offset..mine.start + offset + len;
             for step in 1..n {
                 let k = (me + step) % n;
-                T::reduce(acc, unsafe { self.region::<T>(k, which, mine.clone()) }, op);
+                // SAFETY: rank k wrote this before the chunk's first phase
+                // and does not write it again in this chunk.
+                T::reduce(acc, unsafe { self.region::<T>(k, which, at.clone()) }, op);
             }
             if op == ReduceOp::Average {
                 T::divide(acc, n);
             }
-            self.complete_phase(links, header, DURING, false)?;
-            for k in 0..n {
-                let theirs = part(len, n, k);
-                chunk[theirs.clone()]
-                    .copy_from_slice(unsafe { self.region::<T>(k, which, theirs) });
-            }
+            // SAFETY: this rank's own part, unread until the next phase.
+            unsafe { self.region_mut::<T>(me, which, at) }.copy_from_slice(acc);
         }
-        Ok(())
+    }
+
+    /// Step 3: copies every other rank's reduced part of `chunk` from its slot.
+    ///
+    /// # Safety
+    /// Only after the chunk's second phase and before this rank's next one.
+    unsafe fn gather_results<T: Element>(&self, chunk: &mut [T], which: usize) {
+        let (n, me) = (self.size, self.rank);
+        for k in (0..n).filter(|&k| k != me) {
+            let theirs = part(chunk.len(), n, k);
+            // SAFETY: rank k wrote its part before the second phase and
+            // writes this slot again only after this rank's next phase.
+            chunk[theirs.clone()].copy_from_slice(unsafe { self.region::<T>(k, which, theirs) });
+        }
     }
 
     /// Returns once every rank has entered the barrier opened by `header`.
