@@ -44,6 +44,7 @@
 //! word) and the I/O deadline. So a dead or failed peer is `PeerLost` naming
 //! it within [`POLL`], and a silent one is `Timeout` naming it.
 
+mod copy;
 mod futex;
 mod segment;
 mod setup;
@@ -60,6 +61,7 @@ use crate::partition::segment as part;
 use crate::reduce::{Element, ReduceOp};
 use crate::spin::{self, SpinBudget};
 use crate::wire::{Header, HEADER_LEN};
+use copy::copy;
 use segment::Segment;
 
 pub(crate) use setup::negotiate;
@@ -156,7 +158,10 @@ impl ShmTransport {
         // SAFETY (slot accesses below): the data fits a slot; this rank's
         // slot is unread until the phase, every slot unwritten after it
         // until this rank's next phase.
-        unsafe { self.region_mut::<T>(self.rank, which, all.clone()) }.copy_from_slice(data);
+        copy(
+            unsafe { self.region_mut::<T>(self.rank, which, all.clone()) },
+            data,
+        );
         self.complete_phase(links, header, "allreduce", true)?;
         let slot = |k: usize| unsafe { self.region::<T>(k, which, all.clone()) };
         // Two ranks at least: one transport per communicator of several.
@@ -181,8 +186,10 @@ impl ShmTransport {
         for k in (0..n).filter(|&k| k != me) {
             let theirs = part(chunk.len(), n, k);
             // SAFETY: inside the slot; unread until the phase (caller).
-            unsafe { self.region_mut::<T>(me, which, theirs.clone()) }
-                .copy_from_slice(&chunk[theirs]);
+            copy(
+                unsafe { self.region_mut::<T>(me, which, theirs.clone()) },
+                &chunk[theirs],
+            );
         }
     }
 
@@ -212,7 +219,7 @@ impl ShmTransport {
                 T::divide(acc, n);
             }
             // SAFETY: this rank's own part, unread until the next phase.
-            unsafe { self.region_mut::<T>(me, which, at) }.copy_from_slice(acc);
+            copy(unsafe { self.region_mut::<T>(me, which, at) }, acc);
         }
     }
 
@@ -226,7 +233,9 @@ impl ShmTransport {
             let theirs = part(chunk.len(), n, k);
             // SAFETY: rank k wrote its part before the second phase and
             // writes this slot again only after this rank's next phase.
-            chunk[theirs.clone()].copy_from_slice(unsafe { self.region::<T>(k, which, theirs) });
+            copy(&mut chunk[theirs.clone()], unsafe {
+                self.region::<T>(k, which, theirs)
+            });
         }
     }
 

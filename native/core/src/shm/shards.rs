@@ -22,6 +22,7 @@
 
 use std::ops::Range;
 
+use super::copy::copy;
 use super::ShmTransport;
 use crate::error::Result;
 use crate::link::Link;
@@ -52,7 +53,10 @@ impl ShmTransport {
                 // SAFETY (slot accesses below): every region lies in a slot
                 // (`n` pieces fill at most one), and by the module's
                 // invariant no rank writes a slot while it is read.
-                unsafe { self.region_mut::<T>(me, which, at) }.copy_from_slice(&data[theirs]);
+                copy(
+                    unsafe { self.region_mut::<T>(me, which, at) },
+                    &data[theirs],
+                );
             }
             self.complete_phase(links, header, DURING, c == 0)?;
             let mine = piece_of(data.len(), n, me, c, piece);
@@ -82,12 +86,17 @@ impl ShmTransport {
             let which = self.next_slot();
             let mine = piece_of(data.len(), n, me, c, piece);
             // SAFETY: as in `reduce_scatter_shards`; a slot holds one piece.
-            unsafe { self.region_mut::<T>(me, which, 0..mine.len()) }.copy_from_slice(&data[mine]);
+            copy(
+                unsafe { self.region_mut::<T>(me, which, 0..mine.len()) },
+                &data[mine],
+            );
             self.complete_phase(links, header, DURING, c == 0)?;
             for k in (0..n).filter(|&k| k != me) {
                 let theirs = piece_of(data.len(), n, k, c, piece);
                 let len = theirs.len();
-                data[theirs].copy_from_slice(unsafe { self.region::<T>(k, which, 0..len) });
+                copy(&mut data[theirs], unsafe {
+                    self.region::<T>(k, which, 0..len)
+                });
             }
         }
         Ok(())
