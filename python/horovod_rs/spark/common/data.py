@@ -62,6 +62,11 @@ class RankData:
     def spilled(self):
         return self._spill_path is not None
 
+    @property
+    def arrays(self):
+        """Every row as numpy columns once finished in memory; None when spilled."""
+        return self._arrays
+
     def add(self, batch):
         """Appends an Arrow record batch holding (at least) this split's columns."""
         if batch.num_rows == 0:

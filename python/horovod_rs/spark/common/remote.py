@@ -115,6 +115,21 @@ def run_rank(framework, settings, rank, batches):
         share.close()
 
 
+@dataclasses.dataclass
+class InMemoryRows:
+    """A split's rows in memory and how its stream batches them: endless, passes back to back,
+    batches of exactly ``batch_size`` rows, each pass reshuffled when ``shuffle``."""
+
+    arrays: dict
+    batch_size: int
+    shuffle: bool
+    seed: typing.Optional[int]
+
+    @classmethod
+    def of(cls, data, batch_size, shuffle, seed):
+        return cls(data.arrays, batch_size, shuffle, seed) if data.arrays is not None else None
+
+
 class RankFit:
     """One rank's fit as every framework runs it: its share of the rows, the steps of an epoch,
     the batch streams, the run's local directory (synced to the store by rank 0), rank 0's
@@ -147,6 +162,18 @@ class RankFit:
     def val_stream(self):
         """An endless stream of this rank's validation batches in order, or None without validation."""
         return self.share.val.stream(self.val_batch_size, shuffle=False) if self.share.val is not None else None
+
+    def train_rows(self):
+        """The training rows as ``train_stream`` batches them, for a framework that batches rows held
+        in memory itself (``InMemoryRows``); None when they were spilled to disk."""
+        s = self.settings
+        return InMemoryRows.of(self.share.train, s.batch_size, s.shuffle, self._seed)
+
+    def val_rows(self):
+        """The validation rows as ``val_stream`` batches them (``InMemoryRows``); None when spilled
+        or without validation."""
+        return InMemoryRows.of(self.share.val, self.val_batch_size, False, None) if self.share.val is not None \
+            else None
 
     @contextlib.contextmanager
     def run_dir(self):
