@@ -3,10 +3,13 @@ its peer, Spark's TorchDistributor) offers, beside the floor; one CSV line per w
 
     case,impl,framework,procs,rows,fit_seconds,x_floor,<phases>
 
-- ``floor``: the same training with nothing around it (``bench_floor.py``): the torch model in
-  ``procs`` processes with DistributedDataParallel over gloo, the same rows in memory, one thread
-  per process; ``fit_seconds`` is its training and validation loops' (its processes' start and
-  imports are its ``framework`` phase: a warm fit's Python workers have them already);
+- ``floor``: the same training with nothing around it (``bench_floor.py``), the same rows in
+  memory, ``procs`` processes of one thread: ``torch``, the torch model with
+  DistributedDataParallel over gloo; ``keras``, the Keras model's ``model.fit`` in each process,
+  exchanging nothing (TensorFlow's compute alone). ``fit_seconds`` is its training and validation
+  loops' (its processes' start and imports are its ``framework`` phase: a warm fit's Python
+  workers have them already); every other way's ``x_floor`` is over its framework's floor (torch's
+  for Lightning and the native trainer);
 - ``arrow``: horovod_rs's KerasEstimator / TorchEstimator / LightningEstimator (``fit(df)``: each
   rank's partition reaches it as Arrow batches);
 - ``parquet``: the same estimators through ``prepare_data`` + ``fit_on_parquet`` (Horovod's way:
@@ -176,17 +179,26 @@ def floor(args, spark, df, framework, store):
     path = os.path.join(tempfile.mkdtemp(prefix="bench-floor-"), "rows.npz")
     np.savez(path, features=np.stack(table["features"].to_numpy()).astype(np.float32),
              label=table["label"].to_numpy(np.float32), validation=table["validation"].to_numpy(bool))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.procs),
-               "--master_port", "29581", os.path.join(HERE, "bench_floor.py"), "--case", args.case, "--data", path,
+    command = [os.path.join(HERE, "bench_floor.py"), "--framework", framework, "--case", args.case, "--data", path,
                "--epochs", str(args.epochs), "--batch", str(args.batch), "--hidden", str(args.hidden)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     started = time.time()
-    output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=FLOOR_TIMEOUT_S,
-                            env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
-    phases = json.loads(output.strip().splitlines()[-1])
+    if framework == "torch":
+        outputs = [subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.procs),
+                                   "--master_port", "29581"] + command, check=True, capture_output=True, text=True,
+                                  timeout=FLOOR_TIMEOUT_S, env=env).stdout]
+    else:  # Keras's floor exchanges nothing: its processes only start together
+        processes = [subprocess.Popen([sys.executable] + command + ["--rank", str(rank), "--size", str(args.procs)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+                     for rank in range(args.procs)]
+        outputs = [p.communicate(timeout=FLOOR_TIMEOUT_S)[0] for p in processes]
+        if any(p.returncode for p in processes):
+            raise RuntimeError("the Keras floor's processes exited with %s" % [p.returncode for p in processes])
+    phases = json.loads(outputs[0].strip().splitlines()[-1])
     return dict(phases, framework=time.time() - started - phases["train"] - phases["validation"])
 
 
-WAYS = [("floor", "torch", floor), ("arrow", "torch", arrow), ("arrow", "lightning", arrow),
+WAYS = [("floor", "torch", floor), ("floor", "keras", floor), ("arrow", "torch", arrow), ("arrow", "lightning", arrow),
         ("arrow", "keras", arrow), ("parquet", "torch", parquet), ("parquet", "keras", parquet),
         ("torchdistributor", "torch", torchdistributor), ("native", "native", native)]
 CASE_WAYS = {"mlp": WAYS,
@@ -199,7 +211,7 @@ def run_case(spark, args, store, wanted):
     small = df.limit(2000).repartition(args.procs).cache()
     small.count()
     warmup = argparse.Namespace(**dict(vars(args), epochs=1))
-    floor_seconds = None
+    floor_seconds = {}  # per framework; Lightning's and the native trainer's is torch's
     for impl, framework, way in CASE_WAYS[args.case]:
         if wanted and "%s:%s" % (impl, framework) not in wanted and "%s:%s:%s" % (args.case, impl, framework) \
                 not in wanted:
@@ -218,10 +230,11 @@ def run_case(spark, args, store, wanted):
         seconds = time.time() - started
         if way is floor:
             phases = result
-            seconds = floor_seconds = result["train"] + result["validation"]
+            seconds = floor_seconds[framework] = result["train"] + result["validation"]
         else:
             phases = result.getTimings() if hasattr(result, "getTimings") else {}
-        ratio = "%.2f" % (seconds / floor_seconds) if floor_seconds else ""
+        floor_of_way = floor_seconds.get("keras" if framework == "keras" else "torch")
+        ratio = "%.2f" % (seconds / floor_of_way) if floor_of_way else ""
         print(",".join([args.case, impl, framework, str(args.procs), str(args.rows), "%.2f" % seconds, ratio] +
                        ["%.2f" % phases[p] if p in phases else "" for p in PHASES]), flush=True)
     df.unpersist()

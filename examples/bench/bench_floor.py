@@ -1,9 +1,13 @@
-"""The floor of ``make bench-estimator``: the same training as a fit's, with nothing around it.
-Run by ``torch.distributed.run`` (one thread per process, as a Spark task's one core): each
-process takes every size-th row of the arrays in ``--data`` (features, label, validation mask;
-in memory), trains ``bench_models``' torch model with DistributedDataParallel over gloo for the
+"""The floors of ``make bench-estimator``: the same training as a fit's, with nothing around it.
+Each process (one thread, as a Spark task's one core) takes every size-th row of the arrays in
+``--data`` (features, label, validation mask; in memory), trains ``bench_models``' model for the
 epochs and batch size given, validating after each epoch, and rank 0 prints one JSON line:
 ``{"train": s, "validation": s}`` (the seconds of each, summed over the epochs).
+
+- ``--framework torch`` (run by ``torch.distributed.run``): DistributedDataParallel over gloo;
+- ``--framework keras`` (``--rank`` and ``--size`` given, the processes started together): Keras's
+  ``model.fit`` on the arrays, with no exchange between the processes: TensorFlow's compute alone,
+  a floor below any data-parallel Keras.
 """
 
 import argparse
@@ -13,8 +17,6 @@ import sys
 import time
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_models  # noqa: E402
@@ -22,12 +24,29 @@ import bench_models  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=["torch", "keras"], default="torch")
+    parser.add_argument("--rank", type=int, help="keras: this process's rank")
+    parser.add_argument("--size", type=int, help="keras: the number of processes")
     parser.add_argument("--case", choices=["mlp", "mnist"], required=True)
     parser.add_argument("--data", required=True, help=".npz with features, label, validation")
     parser.add_argument("--epochs", type=int, required=True)
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--hidden", type=int, default=256)
     args = parser.parse_args()
+    seconds = (keras_floor if args.framework == "keras" else torch_floor)(args)
+    if seconds is not None:
+        print(json.dumps(seconds), flush=True)
+
+
+def steps_per_epoch(validation, size, batch):
+    """Every process runs the same steps, as a fit's ranks do: the mean share of the training rows."""
+    return int((~validation).sum()) // size // batch
+
+
+def torch_floor(args):
+    import torch
+    import torch.distributed as dist
+
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     arrays = np.load(args.data)
@@ -36,10 +55,7 @@ def main():
                                                                                       "validation"))
     x, y = features[~validation], label[~validation]
     val_x, val_y = features[validation], label[validation]
-    # Every process runs the same steps (as a fit's ranks do): the mean share of the training rows.
-    rows = torch.tensor([len(x)])
-    dist.all_reduce(rows)
-    steps = int(rows) // size // args.batch
+    steps = steps_per_epoch(arrays["validation"], size, args.batch)
     model = torch.nn.parallel.DistributedDataParallel(bench_models.torch_model(args.case, args.hidden))
     optimizer = bench_models.torch_optimizer(args.case, model, size)
     loss_fn = bench_models.torch_loss(args.case)
@@ -61,9 +77,59 @@ def main():
                 loss_fn(model.module(val_x[first:first + args.batch]), val_y[first:first + args.batch])
         seconds["validation"] += time.perf_counter() - started
     dist.barrier()
-    if rank == 0:
-        print(json.dumps(seconds), flush=True)
     dist.destroy_process_group()
+    return seconds if rank == 0 else None
+
+
+def keras_floor(args):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    arrays = np.load(args.data)
+    mine = slice(args.rank, None, args.size)
+    features, label, validation = (arrays[name][mine] for name in ("features", "label", "validation"))
+    if args.case == "mnist":  # one-hot labels, as the KerasEstimator case learns them
+        label = np.eye(10, dtype=np.float32)[label.astype(np.int64)]
+    steps = steps_per_epoch(arrays["validation"], args.size, args.batch)
+    x, y = features[~validation], label[~validation]
+    repeat = -(-steps * args.batch // max(1, len(x)))  # a process with fewer rows than the mean wraps around
+    train = tf.data.Dataset.from_tensor_slices((np.tile(x, (repeat, 1)), np.concatenate([y] * repeat)))
+    model = bench_models.keras_model(args.case, args.hidden)
+    optimizer, loss = bench_models.keras_training(args.case)
+    optimizer.learning_rate = optimizer.learning_rate * args.size
+    model.compile(optimizer=optimizer, loss=loss)
+    laps = _KerasLaps(tf)
+    val = (features[validation], label[validation]) if validation.any() else None
+    model.fit(train.shuffle(len(x)).batch(args.batch).repeat(), steps_per_epoch=steps, epochs=args.epochs,
+              validation_data=val, validation_batch_size=args.batch, callbacks=[laps], verbose=0, shuffle=False)  # the dataset shuffles
+    return laps.seconds if args.rank == 0 else None
+
+
+def _KerasLaps(tf):
+    """A Keras callback that sums the seconds of each epoch's training and validation."""
+
+    class Laps(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds, self.phase, self.started = {"train": 0.0, "validation": 0.0}, None, None
+
+        def lap(self, next_phase):
+            now = time.perf_counter()
+            if self.phase is not None:
+                self.seconds[self.phase] += now - self.started
+            self.phase, self.started = next_phase, now
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.lap("train")
+
+        def on_test_begin(self, logs=None):
+            self.lap("validation")
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.lap(None)
+
+    return Laps()
 
 
 if __name__ == "__main__":
