@@ -63,7 +63,8 @@ def test_values_are_reshaped_for_the_model_and_a_mismatch_names_the_column():
 
 
 def test_sample_weights_come_as_the_third_element():
-    data = load(100)
-    spec = types.SimpleNamespace(feature_cols=["v"], label_cols=["id"], sample_weight_col="id")
-    x, y, weights = take(remote._keras_data(InMemoryRows.of(data, 20, False, None), None, model(), spec), 1)[0]
-    assert weights.shape == (20,) and (weights == y[:, 0]).all()
+    arrays = {"v": np.arange(30, dtype=np.float32).reshape(10, 3), "id": np.arange(10, dtype=np.int64),
+              "w": np.linspace(0, 1, 10)}
+    spec = types.SimpleNamespace(feature_cols=["v"], label_cols=["id"], sample_weight_col="w")
+    x, y, weights = take(remote._keras_data(InMemoryRows(arrays, 5, False, None), None, model(), spec), 1)[0]
+    assert x.shape == (5, 3) and y.shape == (5, 1) and weights.tolist() == arrays["w"][:5].tolist()

@@ -293,7 +293,8 @@ def _keras_data(rows, stream, model, spec):
     def batch(indices):
         def take(column):
             values = tf.gather(columns[column], indices)
-            return values if trailing[column] is None else tf.reshape(values, (rows.batch_size,) + trailing[column])
+            shape = trailing.get(column)  # (a sample weight column is not the model's)
+            return values if shape is None else tf.reshape(values, (rows.batch_size,) + shape)
 
         return _structure([take(c) for c in spec.feature_cols], [take(c) for c in spec.label_cols],
                           tf.reshape(take(spec.sample_weight_col), [-1]) if spec.sample_weight_col else None)
