@@ -38,9 +38,15 @@ def main():
         print(json.dumps(seconds), flush=True)
 
 
-def steps_per_epoch(validation, size, batch):
-    """Every process runs the same steps, as a fit's ranks do: the mean share of the training rows."""
-    return int((~validation).sum()) // size // batch
+def my_rows(path, rank, size, batch):
+    """``(features, label, validation, steps)``: this process's rows of the arrays in ``path``
+    (every size-th row) and the steps of an epoch, the same on every process as on a fit's ranks:
+    the mean share of the training rows."""
+    arrays = np.load(path)
+    everyone = arrays["validation"]
+    mine = slice(rank, None, size)
+    return (arrays["features"][mine], arrays["label"][mine], everyone[mine],
+            int((~everyone).sum()) // size // batch)
 
 
 def torch_floor(args):
@@ -49,13 +55,10 @@ def torch_floor(args):
 
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
-    arrays = np.load(args.data)
-    mine = slice(rank, None, size)
-    features, label, validation = (torch.from_numpy(arrays[name][mine]) for name in ("features", "label",
-                                                                                      "validation"))
+    *rows, steps = my_rows(args.data, rank, size, args.batch)
+    features, label, validation = (torch.from_numpy(a) for a in rows)
     x, y = features[~validation], label[~validation]
     val_x, val_y = features[validation], label[validation]
-    steps = steps_per_epoch(arrays["validation"], size, args.batch)
     model = torch.nn.parallel.DistributedDataParallel(bench_models.torch_model(args.case, args.hidden))
     optimizer = bench_models.torch_optimizer(args.case, model, size)
     loss_fn = bench_models.torch_loss(args.case)
@@ -86,23 +89,21 @@ def keras_floor(args):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    arrays = np.load(args.data)
-    mine = slice(args.rank, None, args.size)
-    features, label, validation = (arrays[name][mine] for name in ("features", "label", "validation"))
+    features, label, validation, steps = my_rows(args.data, args.rank, args.size, args.batch)
     if args.case == "mnist":  # one-hot labels, as the KerasEstimator case learns them
         label = np.eye(10, dtype=np.float32)[label.astype(np.int64)]
-    steps = steps_per_epoch(arrays["validation"], args.size, args.batch)
     x, y = features[~validation], label[~validation]
-    repeat = -(-steps * args.batch // max(1, len(x)))  # a process with fewer rows than the mean wraps around
-    train = tf.data.Dataset.from_tensor_slices((np.tile(x, (repeat, 1)), np.concatenate([y] * repeat)))
+    # Passes back to back in exact batches, as a fit's ranks take them (a process with fewer rows
+    # than the mean wraps around).
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat().batch(args.batch, drop_remainder=True)
     model = bench_models.keras_model(args.case, args.hidden)
     optimizer, loss = bench_models.keras_training(args.case)
     optimizer.learning_rate = optimizer.learning_rate * args.size
     model.compile(optimizer=optimizer, loss=loss)
     laps = _KerasLaps(tf)
     val = (features[validation], label[validation]) if validation.any() else None
-    model.fit(train.shuffle(len(x)).batch(args.batch).repeat(), steps_per_epoch=steps, epochs=args.epochs,
-              validation_data=val, validation_batch_size=args.batch, callbacks=[laps], verbose=0, shuffle=False)  # the dataset shuffles
+    model.fit(train, steps_per_epoch=steps, epochs=args.epochs, validation_data=val, validation_batch_size=args.batch,
+              callbacks=[laps], verbose=0, shuffle=False)  # (the dataset shuffles)
     return laps.seconds if args.rank == 0 else None
 
 
