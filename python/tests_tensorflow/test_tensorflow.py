@@ -164,6 +164,33 @@ def test_distributed_gradient_tape_in_a_traced_training_step():
     np.testing.assert_allclose(w.numpy(), [EVERY.mean()] * 2, atol=1e-2)
 
 
+@pytest.mark.parametrize("mode", [0, 1], ids=["eager", "traced"])
+def test_a_tapes_gradients_of_mixed_types_shapes_and_sparsity_each_come_back_averaged(mode):
+    # Reduced as one flat tensor per type: every piece must land back in its own gradient.
+    dense32 = [tf.Variable(tf.ones(shape)) for shape in ([3, 2], [2, 3], [1], [])]
+    dense64 = tf.Variable(tf.ones([4], tf.float64))
+    table = tf.Variable(tf.ones([5, 2]))  # its gradient through tf.gather is sparse
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            scale = RANK + 1.0
+            loss = sum(scale * (i + 1.0) * tf.reduce_sum(v) for i, v in enumerate(dense32))
+            loss += tf.cast(scale * 10.0 * tf.reduce_sum(dense64), tf.float32)
+            loss += scale * tf.reduce_sum(tf.gather(table, [1, 3]))
+        tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16)
+        return tape.gradient(loss, dense32 + [dense64, table])
+
+    grads = both_modes(gradients)[mode]()
+    mean = EVERY.mean() + 1
+    for i, (grad, variable) in enumerate(zip(grads[:4], dense32)):
+        assert grad.dtype == tf.float32 and grad.shape == variable.shape
+        np.testing.assert_allclose(grad.numpy(), np.full(variable.shape, (i + 1.0) * mean), rtol=1e-3)
+    assert grads[4].dtype == tf.float64
+    np.testing.assert_allclose(grads[4].numpy(), np.full([4], 10.0 * mean), rtol=1e-3)
+    rows = tf.convert_to_tensor(grads[5]).numpy()  # every rank's gathered rows, averaged
+    np.testing.assert_allclose(rows, [[0, 0], [mean] * 2, [0, 0], [mean] * 2, [0, 0]], rtol=1e-3)
+
+
 def test_legacy_optimizer_reduces_in_compute_gradients():
     w = tf.Variable([0.0])
     opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))

@@ -6,6 +6,8 @@ helpers, ``Compression``, process sets. ``horovod_rs.tensorflow.keras`` has the 
 TensorFlow 1's sessions and hooks are not provided.
 """
 
+import zlib
+
 import tensorflow as tf
 
 from horovod_rs.tensorflow import elastic  # noqa: F401  (Horovod's API)
@@ -177,15 +179,55 @@ def _gradient_allreduce(compression, sparse_as_dense, op, gradient_predivide_fac
         present = [i for i, g in enumerate(grads) if g is not None]
         if process_set.size() == 1 or not process_set.included() or not present:
             return list(grads)
-        reduced = grouped_allreduce([grads[i] for i in present], compression=compression, op=op,
-                                    prescale_factor=prescale, postscale_factor=postscale, process_set=process_set,
-                                    name=name)
+        reduced = _fused_allreduce([grads[i] for i in present], compression, op, prescale, postscale,
+                                   process_set, name)
         out = list(grads)
         for i, r in zip(present, reduced):
             out[i] = r
         return out
 
     return allreduce_grads
+
+
+def _fused_allreduce(grads, compression, op, prescale, postscale, process_set, name):
+    """A step's gradients reduced as one flat tensor per dtype (after compression): the exchange
+    costs each rank a Python call and an engine request per tensor, which on a small model's step
+    is most of it (an MLP's 6 gradients: 2.4 ms of its step, 0.5 ms flat). The flat tensors' names
+    carry a digest of the members' shapes, so ranks whose gradients differ in shape do not reduce
+    them together. Sparse gradients and shapes known only at run time go as ``grouped_allreduce``'s."""
+    fusable = [i for i, g in enumerate(grads)
+               if not isinstance(g, tf.IndexedSlices) and tf.convert_to_tensor(g).shape.is_fully_defined()]
+    if len(fusable) < 2:
+        return grouped_allreduce(grads, compression=compression, op=op, prescale_factor=prescale,
+                                 postscale_factor=postscale, process_set=process_set, name=name)
+    out = list(grads)
+    others = [i for i in range(len(grads)) if i not in fusable]
+    if others:
+        reduced = grouped_allreduce([grads[i] for i in others], compression=compression, op=op,
+                                    prescale_factor=prescale, postscale_factor=postscale, process_set=process_set,
+                                    name=None if name is None else name + ".unfused")
+        for i, r in zip(others, reduced):
+            out[i] = r
+    compressed = [compression.compress(tf.convert_to_tensor(grads[i])) for i in fusable]
+    groups = {}  # dtype: positions in ``compressed``
+    for position, (tensor, _) in enumerate(compressed):
+        groups.setdefault(tensor.dtype, []).append(position)
+    digest = "%08x" % zlib.crc32(repr([(t.dtype.name, t.shape.as_list()) for t, _ in compressed]).encode())
+    flats = [tf.concat([tf.reshape(compressed[p][0], [-1]) for p in members], 0) for members in groups.values()]
+    if name is not None:
+        group_name = "%s.fused_%s" % (name, digest)
+    elif tf.executing_eagerly():
+        group_name = "HorovodFusedAllreduce_%s" % digest
+    else:  # named after the flat tensors, which the graph names uniquely
+        group_name = None
+        flats = [tf.identity(f, name="HorovodFusedAllreduce_%s" % digest) for f in flats]
+    reduced = _grouped_allreduce(flats, name=group_name, op=op, prescale_factor=prescale,
+                                 postscale_factor=postscale, process_set=process_set)
+    for members, flat in zip(groups.values(), reduced):
+        tensors = [compressed[p][0] for p in members]
+        for p, piece, tensor in zip(members, tf.split(flat, [t.shape.num_elements() for t in tensors]), tensors):
+            out[fusable[p]] = compression.decompress(tf.reshape(piece, tensor.shape), compressed[p][1])
+    return out
 
 
 def _reduce_shared(grads, variables, local, allreduce_grads, scale_local_gradients, process_set, name=None):
