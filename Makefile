@@ -79,7 +79,7 @@ LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPA
                  $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin $(VENV)/.dist-tools
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
 TESTS := cargo-test java-test dist-smoke integration-test-$(LINE) pyspark-test pyspark-connect-test-$(LINE) elastic-test \
-         python-test flyte-test faults-quick
+         python-test faults-quick
 # Each suite's time is printed after it (`make test: <suite> <seconds> s`), to see where CI's goes.
 test:
 	@start=$$SECONDS; $(MAKE) --no-print-directory -j2 lane-installs lane-builds && \
@@ -93,10 +93,13 @@ lane-installs lane-builds: lane-%:
 # What make test leaves out for CI's time, each a line or a size that make test covers on another:
 # Spark 3.5's JVM integration tests and Connect run, the Scala script on both lines (spark-shell
 # with the jar; the newest line's estimator is fitted from the JVM by its integration tests),
-# the slow PySpark examples, and the TensorFlow API on Keras 2 and with 3 processes.
+# the slow PySpark examples, the TensorFlow API on Keras 2 and with 3 processes, and the Rossmann
+# Flyte workflow (a Spark application of its own, about 3 minutes; the KerasEstimator it fits,
+# with Rossmann's custom objects and BestModelCheckpoint, is the PySpark tests').
 .PHONY: test-matrix
 test-matrix:
-	$(MAKE) --no-print-directory integration-test-$(LINE_35) scala-example pyspark-connect-test-$(LINE_35) pyspark-slow-test
+	$(MAKE) --no-print-directory integration-test-$(LINE_35) scala-example pyspark-connect-test-$(LINE_35) pyspark-slow-test \
+	  flyte-test
 	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 

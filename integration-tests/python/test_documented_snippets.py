@@ -23,7 +23,8 @@ Covered elsewhere:
   under ``run_elastic``: integration-tests/elastic/test_elastic.py::
   test_without_a_loss_it_returns_every_ranks_result_in_rank_order (a cluster of its own);
 - docs/estimators.md's Keras call (Rossmann's, ``BestModelCheckpoint``, ``custom_objects``):
-  test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history and make rossmann;
+  test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history and
+  ::test_multiple_outputs_vector_columns_and_custom_objects, and make rossmann;
   README.md's ``KerasEstimator`` call (``validation=0.1``, several feature columns):
   test_keras_estimator.py::test_validation_fraction_and_sample_weights;
 - ``HOROVOD_SPARK_START_TIMEOUT``: python/tests_spark/test_job.py; Horovod's MNIST scripts with

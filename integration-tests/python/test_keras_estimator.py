@@ -91,7 +91,7 @@ def test_validation_fraction_and_sample_weights(spark, store):
     assert len(model.getHistory()["val_loss"]) == 6
 
 
-def test_multiple_outputs_and_vector_columns(spark, store):
+def test_multiple_outputs_vector_columns_and_custom_objects(spark, store):
     k = tf.keras
     df = spark.range(0, 2000, numPartitions=3).selectExpr(
         "rand(1) AS a", "rand(2) AS b", "rand(3) AS c").selectExpr(
@@ -99,11 +99,16 @@ def test_multiple_outputs_and_vector_columns(spark, store):
     df = VectorAssembler(inputCols=["a", "b", "c"], outputCol="features").transform(df)
     df = df.selectExpr("features", "total", "bigger", "array(CAST(1 - bigger AS FLOAT), CAST(bigger AS FLOAT)) "
                        "AS onehot")
+
+    def doubled_relu(x):  # as Rossmann's act_sigmoid_scaled: the ranks and transform load it by name
+        return tf.nn.relu(x) * 2.0
+
     features = k.Input(shape=(3,), name="features")
-    hidden = k.layers.Dense(32, activation="relu")(features)
+    hidden = k.layers.Dense(32, activation=doubled_relu)(features)
     model = k.Model(features, [k.layers.Dense(1, name="total")(hidden),
                                k.layers.Dense(2, activation="softmax", name="which")(hidden)])
     fitted = KerasEstimator(num_proc=2, store=store, model=model, optimizer=k.optimizers.Adam(0.02),
+                            custom_objects={"doubled_relu": doubled_relu},
                             loss=["mse", "categorical_crossentropy"], loss_weights=[1.0, 0.5],
                             feature_cols=["features"], label_cols=["total", "onehot"], batch_size=32, epochs=5,
                             random_seed=2, verbose=0).fit(df)
@@ -224,13 +229,12 @@ def test_prepared_parquet_data_and_a_custom_backend(spark, store):
     with prepare_data(2, store, df, label_columns=["y"], feature_columns=["x1", "x2"], validation="isVal",
                       partitions_per_process=1) as dataset_idx:
         assert store.is_parquet_dataset(store.get_train_data_path(dataset_idx))
-        # As Horovod's documentation writes it: no index, inside the block that prepared the data.
-        model = estimator(store, num_proc=None, backend=RunBackend(), validation="isVal").fit_on_parquet()
+        # (fit_on_parquet() with no index inside such a block, as Horovod's documentation writes
+        # it: test_documented_snippets.py.)
+    # fit() with a backend that cannot take Arrow partitions goes through prepare_data itself.
+    model = estimator(store, num_proc=None, backend=RunBackend(), validation="isVal").fit(df)
     assert len(model.getHistory()["val_loss"]) == 4
     assert model.transform(df).selectExpr("avg(abs(y__output - y))").first()[0] < 0.3
-    # fit() with a backend that cannot take Arrow partitions goes through prepare_data itself.
-    model = estimator(store, num_proc=None, backend=RunBackend(), epochs=1).fit(df)
-    assert len(model.getHistory()["loss"]) == 1
     # Outside any block, with nothing at the store's own training path: the missing data is named.
     with pytest.raises(ValueError, match="no prepared training data at .*intermediate_train_data"):
         estimator(store, num_proc=None, backend=RunBackend()).fit_on_parquet()
