@@ -75,6 +75,9 @@ def test_fit_predicts_and_reports_horovods_history(spark, store, mlflow_run):
     logged = {m.step: m.value for m in client.get_metric_history(mlflow_run, "val_loss")}
     assert sorted(logged) == [0, 1, 2, 3]
     assert np.allclose([logged[step] for step in range(4)], history["val_loss"])
+    # Its requirements pin its framework (given, not inferred by MLflow in a subprocess).
+    requirements = open(mlflow.pyfunc.get_model_dependencies("runs:/%s/model" % mlflow_run)).read().split()
+    assert {"keras==" + tf.keras.__version__, "tensorflow==" + tf.__version__} <= set(requirements), requirements
     loaded = mlflow.keras.load_model("runs:/%s/model" % mlflow_run)
     x = [np.array([[0.5]], np.float32), np.array([[-0.25]], np.float32)]
     assert np.allclose(loaded.predict(x, verbose=0), model.getModel().predict(x, verbose=0))

@@ -1,5 +1,6 @@
 """horovod_rs.spark.torch on a real local-cluster: Horovod's TorchEstimator and TorchModel."""
 
+import importlib.metadata
 import json
 import os
 import re
@@ -114,6 +115,8 @@ def test_fits_learns_and_transforms(spark, tmp_path, mlflow_run, capsys):
         logged = {m.step: m.value for m in client.get_metric_history(mlflow_run, name)}
         assert logged == {h["epoch"]: pytest.approx(h[stage]["loss"]) for h in history}
     assert {m.step for m in client.get_metric_history(mlflow_run, "validation/group_0_y")} == {0, 1, 2}
+    requirements = open(mlflow.pyfunc.get_model_dependencies("runs:/%s/model" % mlflow_run)).read().split()
+    assert "torch==" + importlib.metadata.version("torch") in requirements, requirements
     loaded = mlflow.pytorch.load_model("runs:/%s/model" % mlflow_run)
     x = torch.tensor([[0.5, -0.25]])
     assert torch.allclose(loaded(x), model.getModel()(x))

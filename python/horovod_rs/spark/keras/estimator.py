@@ -1,10 +1,12 @@
 """Horovod's ``KerasEstimator`` and ``KerasModel`` (tf.keras / Keras 3 on TensorFlow)."""
 
+import functools
+
 import cloudpickle
 import numpy as np
 from pyspark import keyword_only
 
-from horovod_rs.spark.common import frameworks
+from horovod_rs.spark.common import frameworks, tracking
 from horovod_rs.spark.common.estimator import HorovodEstimator, HorovodModel
 from horovod_rs.spark.common.params import declare
 from horovod_rs.spark.keras import remote, util
@@ -89,7 +91,9 @@ class KerasEstimator(HorovodEstimator):
     def _mlflow_model(self, model):
         # Keras 3's models are MLflow's keras flavor; Keras 2's (tf_keras) its tensorflow flavor.
         legacy = type(model).__module__.startswith("tf_keras")
-        return ("mlflow.tensorflow" if legacy else "mlflow.keras"), {"model": model}
+        requirements = functools.partial(tracking.pinned_requirements, model, "tensorflow",
+                                         "tf_keras" if legacy else "keras")
+        return ("mlflow.tensorflow" if legacy else "mlflow.keras"), {"model": model, "pip_requirements": requirements}
 
     def _create_model(self, result, run_id, infos):
         model = util.deserialize_model(result["model"], self.getCustomObjects())

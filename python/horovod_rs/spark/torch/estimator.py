@@ -1,10 +1,12 @@
 """Horovod's ``TorchEstimator`` and ``TorchModel`` (PyTorch) on horovod_rs."""
 
 import copy
+import functools
 import io
 
 from pyspark import keyword_only
 
+from horovod_rs.spark.common import tracking
 from horovod_rs.spark.common.estimator import HorovodEstimator, HorovodModel
 from horovod_rs.spark.common.params import declare
 from horovod_rs.spark.torch import remote, util
@@ -119,7 +121,9 @@ class TorchEstimator(HorovodEstimator):
 
     def _mlflow_model(self, model):
         # Pickled (cloudpickle): the module needs no input example, as MLflow's traced format would.
-        return "mlflow.pytorch", {"pytorch_model": model, "serialization_format": "pickle"}
+        return "mlflow.pytorch", {"pytorch_model": model, "serialization_format": "pickle",
+                                  "pip_requirements": functools.partial(tracking.pinned_requirements, model, "torch",
+                                                                        "cloudpickle")}
 
     def _load_checkpoint(self, run_id):
         """The run's state and last checkpoint in the store (Horovod's name), or None."""
