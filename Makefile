@@ -536,14 +536,15 @@ faults: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials $(FAULT_TRIALS) --check
 	$(MAKE) --no-print-directory hosts-test
 
-# In make test: one trial of each kind of the engine's faults and one of a Spark driver killed (a
-# Spark trial starts a cluster: a minute or more each; an executor killed under the Run API and
-# under a fit is integration-tests/python/test_recovery.py's, under an elastic job
+# In make test: one trial of each kind of the engine's faults, none of Spark's (a Spark trial
+# starts a cluster of its own, 40 s or more each: make faults runs them; an executor killed under
+# the Run API and under a fit is integration-tests/python/test_recovery.py's, under an elastic job
 # integration-tests/elastic's).
 faults-quick: $(FAULT_DEPS)
-	$(PYTHON) scripts/faults.py --trials 1 --spark-trials 1 --check --skip $(subst $(space),$(comma),$(FAULTS_QUICK_SKIP))
-FAULTS_QUICK_SKIP := spark-executor-killed spark-executor-killed-mid-checkpoint spark-elastic-executor-killed \
-                     spark-elastic-killed-in-commit spark-elastic-grow spark-elastic-worker-lost spark-fit-worker-lost
+	$(PYTHON) scripts/faults.py --trials 1 --check --skip $(subst $(space),$(comma),$(FAULTS_QUICK_SKIP))
+FAULTS_QUICK_SKIP := spark-driver-killed spark-executor-killed spark-executor-killed-mid-checkpoint \
+                     spark-elastic-executor-killed spark-elastic-killed-in-commit spark-elastic-grow \
+                     spark-elastic-worker-lost spark-fit-worker-lost
 comma := ,
 space := $(subst ,, )
 
