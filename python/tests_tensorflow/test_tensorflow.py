@@ -170,6 +170,8 @@ def test_a_tapes_gradients_of_mixed_types_shapes_and_sparsity_each_come_back_ave
     dense32 = [tf.Variable(tf.ones(shape)) for shape in ([3, 2], [2, 3], [1], [])]
     dense64 = tf.Variable(tf.ones([4], tf.float64))
     table = tf.Variable(tf.ones([5, 2]))  # its gradient through tf.gather is sparse
+    wide = tf.Variable(tf.ones([4, 3]))  # sparse too: each rank gathers a row of its own, RANK + 1 times
+    mine = tf.constant([RANK % 4] * (RANK + 1), tf.int64)
 
     def gradients():
         with tf.GradientTape() as tape:
@@ -177,8 +179,9 @@ def test_a_tapes_gradients_of_mixed_types_shapes_and_sparsity_each_come_back_ave
             loss = sum(scale * (i + 1.0) * tf.reduce_sum(v) for i, v in enumerate(dense32))
             loss += tf.cast(scale * 10.0 * tf.reduce_sum(dense64), tf.float32)
             loss += scale * tf.reduce_sum(tf.gather(table, [1, 3]))
+            loss += scale * tf.reduce_sum(tf.gather(wide, mine))
         tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16)
-        return tape.gradient(loss, dense32 + [dense64, table])
+        return tape.gradient(loss, dense32 + [dense64, table, wide])
 
     grads = both_modes(gradients)[mode]()
     mean = EVERY.mean() + 1
@@ -187,8 +190,13 @@ def test_a_tapes_gradients_of_mixed_types_shapes_and_sparsity_each_come_back_ave
         np.testing.assert_allclose(grad.numpy(), np.full(variable.shape, (i + 1.0) * mean), rtol=1e-3)
     assert grads[4].dtype == tf.float64
     np.testing.assert_allclose(grads[4].numpy(), np.full([4], 10.0 * mean), rtol=1e-3)
+    assert isinstance(grads[5], tf.IndexedSlices) and isinstance(grads[6], tf.IndexedSlices)
     rows = tf.convert_to_tensor(grads[5]).numpy()  # every rank's gathered rows, averaged
     np.testing.assert_allclose(rows, [[0, 0], [mean] * 2, [0, 0], [mean] * 2, [0, 0]], rtol=1e-3)
+    expected = np.zeros([4, 3])
+    for rank in range(SIZE):
+        expected[rank % 4] += (rank + 1) * (rank + 1) / SIZE
+    np.testing.assert_allclose(tf.convert_to_tensor(grads[6]).numpy(), expected, rtol=1e-3)
 
 
 def test_legacy_optimizer_reduces_in_compute_gradients():
