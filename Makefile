@@ -231,8 +231,9 @@ PYSPARK_MARKS ?= not slow
 
 # The example scripts left out of make test for its time (tests marked `slow`: each script is a
 # Spark application of its own, a minute or more): our Torch and Lightning MNIST examples and the
-# Horovod-style Keras MNIST script, on the newest line; and the Run API's max_attempts after a
-# killed executor (make faults kills one under the same job).
+# Horovod-style Keras MNIST script, on the newest line; and a fit's and the Run API's next attempt
+# after a killed executor (make faults kills executors under the same jobs; the JVM estimator's
+# is its integration tests').
 pyspark-slow-test:
 	$(MAKE) --no-print-directory pyspark-test-$(LINE) PYSPARK_MARKS=slow
 
@@ -276,9 +277,9 @@ CONNECT_SERVER_35 := 3.5.7
 # From a Connect client, what depends on the driver path (classic runs cover the rest, which the
 # ranks do the same way under both, as in the Run API's stress test): on the newest line the Run
 # API, cancelling, the JVM estimator over Spark ML on Connect, the Keras family's fit, transform,
-# persistence, Pipeline and errors, and the Torch family's persistence and store check (the one
-# driver path of every family: CrossValidator,
-# prepared data and Lightning from a Connect client are make pyspark-connect-test-full's); on 3.5 the Run
+# persistence, Pipeline and errors (a rank's failure among them), and the Torch family's
+# persistence (the one driver path of every family: its store check, CrossValidator, prepared
+# data and Lightning from a Connect client are make pyspark-connect-test-full's); on 3.5 the Run
 # API's results and errors, the JVM estimator's clear refusal, and a Python estimator's fit,
 # transform and persistence (Spark 3.5's Connect client has no JVM ML stages, which the other
 # tests use to build vectors; cancelling and errors take the same calls as on the newest line).
@@ -294,8 +295,7 @@ PYSPARK_CONNECT_TESTS := $(CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_save_load_and_pipeline \
                     test_keras_estimator.py::test_bad_columns_and_models_are_named_before_any_job \
                     test_keras_estimator.py::test_nulls_and_a_failing_rank_end_in_one_error_naming_the_rank \
-                    test_torch_estimator.py::test_estimator_saves_and_loads \
-                    test_torch_estimator.py::test_a_store_the_executors_cannot_write_to_fails_before_training
+                    test_torch_estimator.py::test_estimator_saves_and_loads
 PYSPARK_CONNECT_TESTS_35 := $(CONNECT_RUN_TESTS_35) test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_estimators_save_and_load

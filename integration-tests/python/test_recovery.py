@@ -48,6 +48,7 @@ def fits_may_shrink_to_one_rank(spark):
     spark.conf.unset("spark.horovod.rs.fitMinProcesses")
 
 
+@pytest.mark.slow  # (30 s: make pyspark-slow-test; make faults kills executors under fits too)
 def test_fit_survives_an_executor_killed_in_epoch_two_and_resumes_from_its_checkpoint(spark, tmp_path,
                                                                                       fits_may_shrink_to_one_rank):
     marker = str(tmp_path / "killed")
