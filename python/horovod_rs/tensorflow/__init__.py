@@ -208,24 +208,27 @@ def _fused_allreduce(grads, compression, op, prescale, postscale, process_set, n
     if len(dense) + len(sparse) < 2:
         return grouped_allreduce(grads, compression=compression, op=op, prescale_factor=prescale,
                                  postscale_factor=postscale, process_set=process_set, name=name)
+    reducers = (
+        (others, lambda gs: grouped_allreduce(gs, compression=compression, op=op, prescale_factor=prescale,
+                                              postscale_factor=postscale, process_set=process_set,
+                                              name=None if name is None else name + ".unfused")),
+        (dense, lambda gs: _flat_allreduce(gs, compression, op, prescale, postscale, process_set, name)),
+        (sparse, lambda gs: _gathered_slices(gs, op, process_set, name)),
+    )
     out = list(grads)
-    if others:
-        for i, r in zip(others, grouped_allreduce([grads[i] for i in others], compression=compression, op=op,
-                                                  prescale_factor=prescale, postscale_factor=postscale,
-                                                  process_set=process_set, name=_part(name, "unfused"))):
-            out[i] = r
-    if dense:
-        for i, r in zip(dense, _flat_allreduce([grads[i] for i in dense], compression, op, prescale, postscale,
-                                               process_set, name)):
-            out[i] = r
-    if sparse:
-        for i, r in zip(sparse, _gathered_slices([grads[i] for i in sparse], op, process_set, name)):
-            out[i] = r
+    for positions, reduce in reducers:
+        if positions:
+            for i, r in zip(positions, reduce([grads[i] for i in positions])):
+                out[i] = r
     return out
 
 
-def _part(name, part):
-    return None if name is None else "%s.%s" % (name, part)
+def _by_dtype(dtypes):
+    """Positions grouped by dtype, in order of first appearance: ``{dtype: [position, ...]}``."""
+    groups = {}
+    for position, dtype in enumerate(dtypes):
+        groups.setdefault(dtype, []).append(position)
+    return groups
 
 
 def _named_group(name, kind, shapes, tensors):
@@ -243,9 +246,7 @@ def _named_group(name, kind, shapes, tensors):
 def _flat_allreduce(grads, compression, op, prescale, postscale, process_set, name):
     """Dense gradients reduced as one flat tensor per dtype (after compression)."""
     compressed = [compression.compress(tf.convert_to_tensor(g)) for g in grads]
-    groups = {}  # dtype: positions in ``compressed``
-    for position, (tensor, _) in enumerate(compressed):
-        groups.setdefault(tensor.dtype, []).append(position)
+    groups = _by_dtype(t.dtype for t, _ in compressed)
     flats = [tf.concat([tf.reshape(compressed[p][0], [-1]) for p in members], 0) for members in groups.values()]
     group_name, flats = _named_group(name, "FusedAllreduce",
                                      [(t.dtype.name, t.shape.as_list()) for t, _ in compressed], flats)
@@ -263,10 +264,8 @@ def _gathered_slices(slices, op, process_set, name):
     """``IndexedSlices`` reduced as ``_sparse_allreduce`` does each, all in one allgather: per
     values dtype, each rank's row counts, its indices and its rows, flat; every rank then cuts the
     gathered tensors back into each gradient's rows from every rank (in rank order)."""
-    size = process_set.size()
-    groups = {}  # values dtype: positions in ``slices``
-    for position, s in enumerate(slices):
-        groups.setdefault(s.values.dtype, []).append(position)
+    ranks = process_set.size()
+    groups = _by_dtype(s.values.dtype for s in slices)
     tensors = []
     for members in groups.values():
         tensors.append(tf.stack([tf.shape(slices[p].indices, out_type=tf.int64)[0] for p in members]))
@@ -278,18 +277,18 @@ def _gathered_slices(slices, op, process_set, name):
     out = [None] * len(slices)
     for g, members in enumerate(groups.values()):
         counts, indices, values = gathered[3 * g:3 * g + 3]
-        counts = tf.reshape(counts, [size, len(members)])  # a row per rank
+        counts = tf.reshape(counts, [ranks, len(members)])  # a row per rank
         widths = tf.constant([slices[p].values.shape[1:].num_elements() for p in members], tf.int64)
-        pieces = size * len(members)
+        pieces = ranks * len(members)
         index_pieces = tf.split(indices, tf.reshape(counts, [-1]), num=pieces)
         value_pieces = tf.split(values, tf.reshape(counts * widths, [-1]), num=pieces)
         for k, p in enumerate(members):
             s = slices[p]
-            rows = tf.concat([value_pieces[r * len(members) + k] for r in range(size)], 0)
+            rows = tf.concat([value_pieces[r * len(members) + k] for r in range(ranks)], 0)
             rows = tf.reshape(rows, [-1] + s.values.shape[1:].as_list())
             if op == Average:
-                rows = rows / tf.cast(size, rows.dtype)
-            where = tf.cast(tf.concat([index_pieces[r * len(members) + k] for r in range(size)], 0), s.indices.dtype)
+                rows = rows / tf.cast(ranks, rows.dtype)
+            where = tf.cast(tf.concat([index_pieces[r * len(members) + k] for r in range(ranks)], 0), s.indices.dtype)
             out[p] = tf.IndexedSlices(rows, where, dense_shape=s.dense_shape)
     return out
 
