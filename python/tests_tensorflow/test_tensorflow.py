@@ -31,6 +31,23 @@ def test_allreduce_ops_and_types(mode, op, expected, dtype):
     np.testing.assert_allclose(tf.cast(result, tf.float64).numpy(), np.full((3, 2), want), rtol=1e-2)
 
 
+@pytest.mark.parametrize("mode", [0, 1], ids=["eager", "traced"])
+def test_collectives_run_in_copies_leaving_their_inputs_and_results_apart(mode):
+    # The engine reduces in each input's copy, which becomes the result over the same memory:
+    # the inputs (a variable's value among them) must keep their values, and two results apart.
+    v = tf.Variable(tf.fill([1000], float(RANK + 1)))
+    x = tf.fill([257], float(RANK + 1))
+    fn = both_modes(lambda a, b: (hvd.allreduce(a, op=hvd.Sum), hvd.broadcast(b, root_rank=SIZE - 1),
+                                  hvd.allreduce(a, op=hvd.Max)))[mode]
+    summed, broadcast, largest = fn(v.value(), x)
+    np.testing.assert_array_equal(v.numpy(), np.full(1000, RANK + 1.0))
+    np.testing.assert_array_equal(x.numpy(), np.full(257, RANK + 1.0))
+    np.testing.assert_array_equal(summed.numpy(), np.full(1000, (EVERY + 1).sum()))
+    np.testing.assert_array_equal(broadcast.numpy(), np.full(257, float(SIZE)))
+    np.testing.assert_array_equal(largest.numpy(), np.full(1000, float(SIZE)))
+    assert (summed + 0.0).numpy()[0] == (EVERY + 1).sum()  # TensorFlow computes on a result
+
+
 def test_allreduce_scale_factors_and_deprecated_average():
     x = tf.constant([2.0, 4.0])
     np.testing.assert_allclose(hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0).numpy(),

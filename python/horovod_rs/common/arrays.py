@@ -38,9 +38,10 @@ def engine_dtype(dtype):
 class Submitted:
     """A submitted collective: ``wait()`` returns its result as an array of the input's type."""
 
-    def __init__(self, work, dtype, as_bytes, shape=None):
+    def __init__(self, work, dtype, as_bytes, shape=None, lent=None):
         # ``shape``: the result's, when the input's decides it (the engine's results are never 0-d).
-        self.work, self.dtype, self.as_bytes, self.shape = work, dtype, as_bytes, shape
+        # ``lent``: the array the collective runs in (submitted in place), which is the result.
+        self.work, self.dtype, self.as_bytes, self.shape, self.lent = work, dtype, as_bytes, shape, lent
 
     def done(self):
         return self.work.done()
@@ -49,6 +50,9 @@ class Submitted:
         """The result; a collective the engine failed raises ``HorovodInternalError`` (what
         ``hvd.elastic.run`` recovers from), as Horovod's object collectives do."""
         try:
+            if self.lent is not None:
+                self.work.wait_into(self.lent.reshape(-1).view(np.uint8), basics.wait_timeout())
+                return self.lent
             data, shape = self.work.wait(basics.wait_timeout())
         except HorovodInternalError:
             raise
@@ -61,9 +65,12 @@ class Submitted:
         return np.frombuffer(data, dtype=self.dtype).reshape(shape).copy()
 
 
-def submit(kind, array, name=None, process_set=None, **options):
+def submit(kind, array, name=None, process_set=None, in_place=False, **options):
     """Submits collective ``kind`` of ``array`` (named ``name``, or automatically in call order) on
-    ``process_set``'s engine; ``options`` are the engine's (op, root, prescale, splits...)."""
+    ``process_set``'s engine; ``options`` are the engine's (op, root, prescale, splits...).
+    ``in_place``: an allreduce or broadcast of a writable, contiguous array runs in the array's
+    memory, with no copies, and ``wait()`` returns that array; the caller lends it, and leaves it
+    alone until then."""
     engine, set_id = process_sets.engine(process_set)
     array = np.asarray(array)  # (np.ascontiguousarray would make a 0-d array 1-d)
     dtype_name, as_bytes = engine_dtype(array.dtype), False
@@ -73,9 +80,12 @@ def submit(kind, array, name=None, process_set=None, **options):
         dtype_name, as_bytes = "uint8", True
     shape = list(array.shape) + ([array.dtype.itemsize] if as_bytes else [])
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    work = engine.submit(kind, name or basics.next_name(kind, set_id), data, dtype_name, shape, **options)
+    lend = in_place and kind in ("allreduce", "broadcast") and not as_bytes and array.flags.writeable \
+        and array.flags.c_contiguous
+    work = engine.submit(kind, name or basics.next_name(kind, set_id), data, dtype_name, shape, in_place=lend,
+                         **options)
     keeps_shape = kind in ("allreduce", "broadcast")
-    return Submitted(work, array.dtype, as_bytes, array.shape if keeps_shape else None)
+    return Submitted(work, array.dtype, as_bytes, array.shape if keeps_shape else None, array if lend else None)
 
 
 def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

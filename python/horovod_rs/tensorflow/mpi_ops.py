@@ -89,11 +89,38 @@ def _tf_errors(kind):
         raise tf.errors.FailedPreconditionError(None, None, "%s: %s" % (kind, e)) from e
 
 
-def _exchange(kind, values, names, process_set, options):
-    """Submits collective ``kind`` of every numpy array in ``values``, then waits for all."""
+def _exchange(kind, tensors, names, process_set, options):
+    """Submits collective ``kind`` of every eager tensor in ``tensors``, then waits for all; the
+    results as tensors. A step's gradients are copied once each on their way: an allreduce or
+    broadcast runs in the tensor's aligned copy, which becomes the result tensor as it is."""
     with _tf_errors(kind):
-        submitted = [arrays.submit(kind, v, n, process_set, **options) for v, n in zip(values, names)]
-        return [s.wait() for s in submitted]
+        submitted = [arrays.submit(kind, _aligned_copy(t), n, process_set, in_place=True, **options)
+                     for t, n in zip(tensors, names)]
+        return [_as_tensor(s.wait()) for s in submitted]
+
+
+# TensorFlow's kernels assume tensors this aligned (Eigen's largest alignment).
+_TENSOR_ALIGNMENT = 64
+
+
+def _aligned_copy(tensor):
+    """A writable numpy copy of an eager tensor's values, aligned as TensorFlow's own tensors."""
+    source = tensor._numpy()  # a view of the tensor's memory (``numpy()`` would copy it first)
+    if not isinstance(source, np.ndarray) or source.dtype.hasobject:
+        return np.array(source)
+    buffer = np.empty(source.nbytes + _TENSOR_ALIGNMENT, np.uint8)
+    start = -buffer.ctypes.data % _TENSOR_ALIGNMENT
+    copy = buffer[start:start + source.nbytes].view(source.dtype).reshape(source.shape)
+    np.copyto(copy, source)
+    return copy
+
+
+def _as_tensor(array):
+    """``array`` as a tensor, over the array's own memory where TensorFlow can take it (DLPack:
+    aligned, a type DLPack has), else copied."""
+    if array.ctypes.data % _TENSOR_ALIGNMENT == 0 and array.dtype.kind in "biuf" and array.flags.c_contiguous:
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    return tf.convert_to_tensor(array)
 
 
 # The last collective added to each graph (see _in_order).
@@ -131,11 +158,10 @@ def _run(kind, tensors, names, process_set, shapes, **options):
     """The results of collective ``kind`` of ``tensors``, as tensors; ``shapes`` gives each
     result's static shape when traced."""
     if tf.executing_eagerly():
-        return [tf.convert_to_tensor(r) for r in _exchange(kind, [t.numpy() for t in tensors], names, process_set,
-                                                            options)]
+        return _exchange(kind, tensors, names, process_set, options)
 
     def exchange(*inputs):
-        return _exchange(kind, [t.numpy() for t in inputs], names, process_set, options)
+        return _exchange(kind, inputs, names, process_set, options)
 
     results = _py_function(exchange, tensors, [t.dtype for t in tensors])
     for result, shape in zip(results, shapes):
