@@ -76,7 +76,7 @@ demo-run-api: tools jar-release
 # were slower than in turn on 2 cores (each starts a Spark cluster and Python workers that import
 # TensorFlow or torch).
 LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPARK_35) $(VENV)/.pytest $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.estimator-extras \
-                 $(VENV)/.connect $(VENV)/.flyte $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin $(VENV)/.dist-tools
+                 $(VENV)/.connect $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin $(VENV)/.dist-tools
 LANE_builds   := .tools/gradle.stamp lint cargo-test-build jars
 TESTS := cargo-test java-test dist-smoke integration-test-$(LINE) pyspark-test pyspark-connect-test-$(LINE) elastic-test \
          python-test faults-quick
