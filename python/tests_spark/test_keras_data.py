@@ -35,6 +35,8 @@ def test_a_pass_gives_every_row_once_in_the_models_shapes(spill, tmp_path):
     assert (rows is None) == spill
     keras_data = remote._keras_data(rows, lambda: data.stream(50, True, 7), model(), SPEC)
     assert isinstance(keras_data, tf.data.Dataset) != spill
+    if not spill:  # no autotuning thread for Keras to wait for when it drops an iterator
+        assert keras_data.options().autotune.enabled is False
     batches = take(keras_data, 10)  # two passes
     for x, y in batches:
         assert x.shape == (50, 3) and y.shape == (50, 1)  # the label reshaped to the model's output

@@ -302,7 +302,14 @@ def _keras_data(rows, stream, model, spec):
     order = tf.data.Dataset.range(count)
     if rows.shuffle:
         order = order.shuffle(count, seed=rows.seed, reshuffle_each_iteration=True)
-    return order.repeat().batch(rows.batch_size, drop_remainder=True).map(batch).prefetch(tf.data.AUTOTUNE)
+    dataset = order.repeat().batch(rows.batch_size, drop_remainder=True).map(batch).prefetch(tf.data.AUTOTUNE)
+    # No autotuning model: the pipeline has no knob it would turn (the prefetch buffer tunes itself),
+    # and an iterator with one waits for the model's thread when Keras drops it at an epoch's
+    # validation and at the end of fit, up to the thread's optimization period (seconds, growing
+    # over the fit: 20 s were seen at the end of a Rossmann fit).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
 
 
 def _keras_batches(stream, model, spec):
