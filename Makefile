@@ -558,15 +558,17 @@ RECOVERY_RUNS ?= 3
 
 # A Rossmann-shaped MLP (198-1000-1000-1000-500-1) on 2 processes: horovod_rs's
 # DistributedOptimizer next to torch DistributedDataParallel over gloo and to the same steps with
-# no communication (the floor). Rounds alternate the three, so that a busy moment on the host
-# hits each.
+# no communication (the floor); then the same MLP in Keras with and without horovod_rs's Keras
+# DistributedOptimizer. Rounds alternate them, so that a busy moment on the host hits each.
 BENCH_ROUNDS ?= 3
-bench-python: $(VENV)/.horovod_rs $(VENV)/.torch
+bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
 	@echo "impl,procs,batch,steps_per_s"
 	@for round in $$(seq $(BENCH_ROUNDS)); do \
 	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'; \
 	  $(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp 2>/dev/null; \
 	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl none | sed 's/^\[0\]<stdout>://'; \
+	  for impl in keras keras_none; do TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) \
+	    python/bench/bench_python.py --impl $$impl 2>/dev/null | sed 's/^\[0\]<stdout>://'; done; \
 	done
 
 # A Rossmann-like DataFrame (18 categorical + 18 continuous columns) into the

@@ -1,30 +1,34 @@
 """make bench-python: training steps/s of a Rossmann-shaped MLP (198-1000-1000-1000-500-1) on
 several processes, horovod_rs's DistributedOptimizer against torch's DistributedDataParallel
 (gloo), and the floor: the same job with no communication (--impl none: each process steps its
-own model, as many processes at once, so they share the cores and memory as the others do). Run
-under `horovodrs -np N` (--impl horovod_rs, none) or `torch.distributed.run` (--impl ddp); rank 0
-prints `impl,procs,batch,steps_per_s`.
+own model, as many processes at once, so they share the cores and memory as the others do); and
+the same MLP in Keras (``model.fit``), with horovod_rs's Keras DistributedOptimizer
+(--impl keras) and without (--impl keras_none). Run under `horovodrs -np N` (horovod_rs, none,
+keras, keras_none) or `torch.distributed.run` (ddp); rank 0 prints `impl,procs,batch,steps_per_s`.
 """
 
 import argparse
 import os
 import time
 
-import torch
-
 WARMUP, STEPS = 5, 100
+WIDTHS = (1000, 1000, 1000, 500)
 
 
 def model():
+    import torch
+
     torch.manual_seed(0)
     layers, width = [], 198
-    for units in (1000, 1000, 1000, 500):
+    for units in WIDTHS:
         layers += [torch.nn.Linear(width, units), torch.nn.ReLU()]
         width = units
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
 
 
 def train(net, optimizer, batch, rank):
+    import torch
+
     g = torch.Generator().manual_seed(rank)
     x, y = torch.randn(batch, 198, generator=g), torch.randn(batch, 1, generator=g)
     for step in range(WARMUP + STEPS):
@@ -36,11 +40,47 @@ def train(net, optimizer, batch, rank):
     return STEPS / (time.perf_counter() - started)
 
 
+def keras_steps_per_s(distributed, batch):
+    """The MLP's steps/s in Keras's ``model.fit`` (one thread, as a Spark task's), the same batch
+    every step as the torch rows."""
+    os.environ["OMP_NUM_THREADS"] = "1"  # TensorFlow's oneDNN kernels too (Spark sets it for a task)
+    import tensorflow as tf
+
+    import horovod_rs.tensorflow as hvd_tf
+    import horovod_rs.tensorflow.keras as hvd
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    hvd.init()
+    keras = tf.keras
+    layers = [keras.Input((198,))] + [keras.layers.Dense(units, activation="relu") for units in WIDTHS]
+    net = keras.Sequential(layers + [keras.layers.Dense(1)])
+    optimizer = keras.optimizers.Adam(1e-4)
+    net.compile(hvd.DistributedOptimizer(optimizer) if distributed else optimizer, loss="mae")
+    g = tf.random.Generator.from_seed(hvd.rank())
+    data = tf.data.Dataset.from_tensors((g.normal([batch, 198]), g.normal([batch, 1]))).repeat()
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if distributed else []
+    net.fit(data, epochs=1, steps_per_epoch=WARMUP, verbose=0, shuffle=False, callbacks=callbacks)
+    hvd_tf.barrier()
+    started = time.perf_counter()
+    net.fit(data, epochs=1, steps_per_epoch=STEPS, verbose=0, shuffle=False)
+    steps_per_s = STEPS / (time.perf_counter() - started)
+    hvd_tf.barrier()  # (without an exchange the other process may still be stepping)
+    return hvd.rank(), hvd.size(), steps_per_s
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none"], required=True)
+    parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none", "keras", "keras_none"], required=True)
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
+    if args.impl.startswith("keras"):
+        rank, procs, steps_per_s = keras_steps_per_s(args.impl == "keras", args.batch)
+        if rank == 0:
+            print("%s,%d,%d,%.2f" % (args.impl, procs, args.batch, steps_per_s), flush=True)
+        os._exit(0)
+    import torch  # (not before Keras's runs: its OpenMP would start with every core)
+
     torch.set_num_threads(1)  # one core per process, as in a Spark task
     net = model()
     if args.impl == "ddp":
