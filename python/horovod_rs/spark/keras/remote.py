@@ -275,14 +275,15 @@ def _learning_rate(optimizer):
 
 
 def _keras_data(rows, stream, model, spec):
-    """What ``model.fit`` takes for a split: rows held in memory (``InMemoryRows``) as a tf.data
-    pipeline that gathers each batch, else ``stream()``'s numpy batches through a generator.
-    TensorFlow runs a step fed by a Python generator (tf.data's ``from_generator``) at about 1.5
-    times the CPU of the same step fed by tf.data alone (Horovod's MNIST conv net, one thread)."""
+    """What ``model.fit`` takes for a split, as a tf.data pipeline: rows held in memory
+    (``InMemoryRows``) gathered batch by batch, else ``stream()``'s numpy batches through a
+    generator. TensorFlow runs a step fed by a Python generator (tf.data's ``from_generator``) at
+    about 1.5 times the CPU of the same step fed by tf.data alone (Horovod's MNIST conv net, one
+    thread)."""
+    tf = frameworks.tensorflow()
     count = len(rows.arrays[spec.feature_cols[0]]) if rows is not None else 0
     if count == 0:  # (the stream says what is wrong with no rows)
-        return _keras_batches(stream(), model, spec)
-    tf = frameworks.tensorflow()
+        return _generator_dataset(tf, _keras_batches(stream(), model, spec))
 
     columns = {c: tf.convert_to_tensor(a) for c, a in rows.arrays.items()}
     shapes = _model_shapes(model)
@@ -302,14 +303,33 @@ def _keras_data(rows, stream, model, spec):
     order = tf.data.Dataset.range(count)
     if rows.shuffle:
         order = order.shuffle(count, seed=rows.seed, reshuffle_each_iteration=True)
-    dataset = order.repeat().batch(rows.batch_size, drop_remainder=True).map(batch).prefetch(tf.data.AUTOTUNE)
-    # No autotuning model: the pipeline has no knob it would turn (the prefetch buffer tunes itself),
-    # and an iterator with one waits for the model's thread when Keras drops it at an epoch's
-    # validation and at the end of fit, up to the thread's optimization period (seconds, growing
-    # over the fit: 20 s were seen at the end of a Rossmann fit).
+    return _untuned(tf, order.repeat().batch(rows.batch_size, drop_remainder=True).map(batch))
+
+
+def _generator_dataset(tf, batches):
+    """The generator's batches as the tf.data pipeline Keras would make of it (every iterator
+    continues the same generator, the batches' first dimension left open), but untuned."""
+    first = next(batches)
+    signature = tf.nest.map_structure(lambda a: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype)), first)
+    peeked = [first]
+
+    def continued():
+        while peeked:
+            yield peeked.pop()
+        for batch in batches:  # (not ``yield from``: a dropped iterator would close the generator)
+            yield batch
+
+    return _untuned(tf, tf.data.Dataset.from_generator(continued, output_signature=signature))
+
+
+def _untuned(tf, dataset):
+    """``dataset`` prefetched, with no autotuning model: the pipelines here have no knob it would
+    turn (the prefetch buffer tunes itself), and an iterator with one waits for the model's thread
+    when Keras drops it, at every epoch's validation and at the end of fit, for up to the thread's
+    optimization period (seconds, growing over a fit: 20 s were seen at the end of a Rossmann fit)."""
     options = tf.data.Options()
     options.autotune.enabled = False
-    return dataset.with_options(options)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def _keras_batches(stream, model, spec):
