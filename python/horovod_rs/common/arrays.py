@@ -16,6 +16,8 @@ from horovod_rs.common.exceptions import HorovodInternalError
 
 _DTYPES = {np.dtype(t): t for t in ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")}
 _MOVES_DATA = ("broadcast", "allgather", "alltoall")
+# The collectives whose result has the input's shape, which can run in the input's own memory.
+IN_PLACE_KINDS = ("allreduce", "broadcast")
 
 
 def _dumps(obj):
@@ -80,12 +82,12 @@ def submit(kind, array, name=None, process_set=None, in_place=False, **options):
         dtype_name, as_bytes = "uint8", True
     shape = list(array.shape) + ([array.dtype.itemsize] if as_bytes else [])
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    lend = in_place and kind in ("allreduce", "broadcast") and not as_bytes and array.flags.writeable \
+    lend = in_place and kind in IN_PLACE_KINDS and not as_bytes and array.flags.writeable \
         and array.flags.c_contiguous
     work = engine.submit(kind, name or basics.next_name(kind, set_id), data, dtype_name, shape, in_place=lend,
                          **options)
-    keeps_shape = kind in ("allreduce", "broadcast")
-    return Submitted(work, array.dtype, as_bytes, array.shape if keeps_shape else None, array if lend else None)
+    return Submitted(work, array.dtype, as_bytes, array.shape if kind in IN_PLACE_KINDS else None,
+                     array if lend else None)
 
 
 def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

@@ -92,9 +92,12 @@ def _tf_errors(kind):
 def _exchange(kind, tensors, names, process_set, options):
     """Submits collective ``kind`` of every eager tensor in ``tensors``, then waits for all; the
     results as tensors. A step's gradients are copied once each on their way: an allreduce or
-    broadcast runs in the tensor's aligned copy, which becomes the result tensor as it is."""
+    broadcast runs in the tensor's aligned copy, which becomes the result tensor as it is; the
+    other collectives read the tensor's own memory into their request."""
+    in_place = kind in arrays.IN_PLACE_KINDS
     with _tf_errors(kind):
-        submitted = [arrays.submit(kind, _aligned_copy(t), n, process_set, in_place=True, **options)
+        submitted = [arrays.submit(kind, _aligned_copy(t) if in_place else t._numpy(), n, process_set,
+                                   in_place=in_place, **options)
                      for t, n in zip(tensors, names)]
         return [_as_tensor(s.wait()) for s in submitted]
 

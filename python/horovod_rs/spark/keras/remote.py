@@ -11,6 +11,7 @@ with ``BestModelCheckpoint``), else the last epoch's.
 
 import dataclasses
 import io
+import itertools
 import os
 import typing
 
@@ -311,12 +312,10 @@ def _generator_dataset(tf, batches):
     continues the same generator, the batches' first dimension left open), but untuned."""
     first = next(batches)
     signature = tf.nest.map_structure(lambda a: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype)), first)
-    peeked = [first]
+    rest = itertools.chain([first], batches)
 
     def continued():
-        while peeked:
-            yield peeked.pop()
-        for batch in batches:  # (not ``yield from``: a dropped iterator would close the generator)
+        for batch in rest:  # (not ``yield from``: a dropped iterator would close the stream)
             yield batch
 
     return _untuned(tf, tf.data.Dataset.from_generator(continued, output_signature=signature))
