@@ -28,6 +28,20 @@ def test_the_last_attempt_fails_naming_the_count_and_the_knob():
         run_attempts(2, run, lambda *_: None, "knob")
 
 
+def test_a_result_called_not_final_runs_again_without_counting_as_a_lost_attempt():
+    calls = []
+
+    def run(attempt):
+        calls.append(attempt)
+        if attempt == 1:
+            raise HorovodRankLostError("ExecutorLostFailure")
+        return "regrow" if attempt < 4 else "done"
+
+    again = lambda attempt, result: result == "regrow"  # noqa: E731
+    assert run_attempts(2, run, lambda *_: None, "knob", again=again) == "done"
+    assert calls == [1, 2, 3, 4]
+
+
 def test_an_error_in_the_ranks_code_is_not_retried():
     calls = []
 

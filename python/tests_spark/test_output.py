@@ -7,6 +7,7 @@ import socket
 import sys
 import time
 
+from horovod_rs.spark.common import output
 from horovod_rs.spark.common.output import OutputServer, forward_output, replay
 
 
@@ -46,3 +47,29 @@ def test_lines_that_cannot_reach_the_driver_are_kept_and_replayed(capsys):
         server.close()
     assert out.getvalue() == "[0]<stdout>:epoch 1 done\n"
     assert err.getvalue() == "[0]<stderr>:a warning\n"
+
+
+def test_the_driver_asks_ranks_connected_before_and_after_it_asked():
+    server = OutputServer("token", stdout=io.StringIO())
+    address = "127.0.0.1:%d" % server.port
+    try:
+        with forward_output(address, "token", 0, requests=[output.REGROW]) as early:
+            assert output.may_ask(output.REGROW) and not output.may_ask("other")
+            assert not output.asked(output.REGROW)
+            print("connected")  # once the server printed it, it knows this rank
+            deadline = time.time() + 30
+            while not server._connections and time.time() < deadline:
+                time.sleep(0.01)
+            server.request(output.REGROW)
+            while not output.asked(output.REGROW) and time.time() < deadline:
+                time.sleep(0.01)
+            assert output.asked(output.REGROW) and early.asked(output.REGROW)
+            assert not output.asked("other")
+        with forward_output(address, "token", 1) as late:
+            assert not output.may_ask(output.REGROW)
+            while not late.asked(output.REGROW) and time.time() < deadline:
+                time.sleep(0.01)
+            assert late.asked(output.REGROW)
+    finally:
+        server.close()
+    assert not output.asked(output.REGROW)  # outside a job's forwarding nothing is asked

@@ -48,11 +48,13 @@ class SparkBackend(Backend):
                                         env=self._merged_env(env), **self._kwargs)
         return self.run_on_dataframe(lambda rank, batches: fn(*args, **kwargs), None, env=env, monitor=monitor)
 
-    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs", num_proc=None, monitor=None):
+    def run_on_dataframe(self, fn, df, env=None, description="horovod_rs", num_proc=None, monitor=None,
+                         grow_to=None):
         """Runs ``fn(rank, batches)`` on every rank, ``batches`` iterating over the rank's partition
         of ``df`` as Arrow record batches (``df`` None: no data); returns the results in rank
         order. ``num_proc``: this job's ranks, when not the backend's (a fit's attempt on fewer
-        ranks); ``monitor``: as in ``run``."""
+        ranks), and ``grow_to`` the slots at which its ranks are asked to stop and run again on
+        more (``BarrierJob``); ``monitor``: as in ``run``."""
         from horovod_rs.spark.common import session
         from horovod_rs.spark.common.job import BarrierJob
 
@@ -60,7 +62,7 @@ class SparkBackend(Backend):
                                                 "use_gpu") if k in self._kwargs}
         spark = df.sparkSession if df is not None else session.active_session()
         with BarrierJob(spark, num_proc or self._num_proc, env=self._merged_env(env), description=description,
-                        monitor=monitor, **options) as job:
+                        monitor=monitor, grow_to=grow_to, **options) as job:
             return job.run(fn, df)
 
     def _merged_env(self, env):

@@ -205,34 +205,54 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         """Trains over the DataFrame; when Spark loses a rank outside the model's code (an executor
         dies), runs the job again (``spark.horovod.rs.fitAttempts`` in all), resuming from the
         store's last checkpoint, on fewer ranks if ``spark.horovod.rs.fitMinProcesses`` allows and
-        the cluster has fewer slots then. ``retries`` receives one entry per retry."""
+        the cluster has fewer slots then. An attempt on fewer ranks than ``num_proc`` stops after
+        the epoch in which the slots come back, and the next one resumes on all of them.
+        ``retries`` receives one entry per later attempt."""
+        from horovod_rs.spark.common import remote
         from horovod_rs.spark.common.job import FIT_ATTEMPTS_KEY, JobSettings, run_attempts
 
         settings = JobSettings(prepared.sparkSession)
-        state = {"resume": resume, "num_proc": backend.num_processes()}
+        wanted = backend.num_processes()
+        state = {"resume": resume, "num_proc": wanted}
+        store = self.getStore()
+        can_grow = store is not None and store.saving_runs()
 
         def attempt(number):
             if number > 1:
                 state["resume"] = self._read_resume(run_id)
             trainer = self._remote_trainer(run_id, spec, state["resume"])
+            grow_to = wanted if can_grow and state["num_proc"] < wanted else None
             return backend.run_on_dataframe(trainer, prepared, env=self._backend_env(), num_proc=state["num_proc"],
                                             description="%s.fit (attempt %d)" % (type(self).__name__, number),
-                                            monitor=monitor)
+                                            monitor=monitor, grow_to=grow_to)
 
-        def on_retry(number, error):
+        def next_attempt(number, reason, error=None):
             checkpoint = self._read_resume(run_id)
             done = checkpoint[0]["epochs_done"] if checkpoint else 0
-            state["num_proc"] = ranks_for_retry(prepared.sparkSession, backend.num_processes(),
-                                                settings.fit_min_processes)
-            # Epochs count from 1; every epoch after `done` that the lost attempt began runs again.
-            retries.append({"attempt": number + 1, "resumed_after_epoch": done, "num_proc": state["num_proc"],
-                            "error": str(error)})
-            where = ("resumes run %s after epoch %d (epoch %d runs again)" % (run_id, done, done + 1)) if checkpoint \
-                else "starts from scratch (no checkpoint in the store%s)" % ("" if self.getStore() else ": no store")
-            print("horovod_rs: attempt %d lost a rank outside the model's code; attempt %d %s on %d ranks.\n%s"
-                  % (number, number + 1, where, state["num_proc"], error), flush=True)
+            state["num_proc"] = ranks_for_retry(prepared.sparkSession, wanted, settings.fit_min_processes)
+            # Epochs count from 1; every epoch after `done` that the last attempt began runs again.
+            retries.append({"attempt": number + 1, "reason": reason, "resumed_after_epoch": done,
+                            "num_proc": state["num_proc"], "error": error})
+            return checkpoint, done
 
-        return run_attempts(settings.fit_attempts, attempt, on_retry, FIT_ATTEMPTS_KEY)
+        def on_retry(number, error):
+            checkpoint, done = next_attempt(number, "rank lost", str(error))
+            where = ("resumes run %s after epoch %d (epoch %d runs again)" % (run_id, done, done + 1)) if checkpoint \
+                else "starts from scratch (no checkpoint in the store%s)" % ("" if store else ": no store")
+            print("horovod_rs: attempt %d lost a rank outside the model's code; attempt %d %s on %s.\n%s"
+                  % (number, number + 1, where, _ranks(state["num_proc"]), error), flush=True)
+
+        def regrown(number, results):
+            if not isinstance(results[0], remote.Regrow):
+                return False
+            ranks = state["num_proc"]
+            _, done = next_attempt(number, "slots back")
+            print("horovod_rs: the cluster has slots for %s again: attempt %d (on %s) stopped after epoch %d; "
+                  "attempt %d resumes run %s on %s" % (_ranks(wanted), number, _ranks(ranks), done, number + 1, run_id,
+                                                       _ranks(state["num_proc"])), flush=True)
+            return True
+
+        return run_attempts(settings.fit_attempts, attempt, on_retry, FIT_ATTEMPTS_KEY, again=regrown)
 
     def _run(self):
         """This fit's run id (given, or new) and what it resumes from (None: a new run)."""
@@ -410,6 +430,10 @@ def ranks_for_retry(spark, num_proc, minimum):
     if slots is None:
         return num_proc
     return max(min(minimum, num_proc), min(num_proc, slots))
+
+
+def _ranks(count):
+    return "%d rank%s" % (count, "" if count == 1 else "s")
 
 
 def _vector_type():

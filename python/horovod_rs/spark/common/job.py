@@ -35,6 +35,8 @@ import cloudpickle
 from horovod_rs.spark.common import session
 
 POLL_S = 0.2
+# How often a fit's attempt on fewer ranks than it wants counts the cluster's task slots.
+REGROW_POLL_S = 2.0
 # How often a job waiting for task slots says what it waits for (the first time after executors
 # that are only starting would usually be up).
 WAITING_NOTE_S = 30.0
@@ -79,18 +81,26 @@ class JobSettings:
         self.driver_rendezvous = driver["driver_rendezvous"]
 
 
-def run_attempts(attempts, run, on_retry, knob):
+def run_attempts(attempts, run, on_retry, knob, again=None):
     """``run(attempt)`` until it succeeds or ``attempts`` runs have lost a rank; before each retry,
     ``on_retry(attempt, error)``. Errors in the ranks' own code are not retried. ``knob`` names
-    what sets ``attempts`` (for the final error)."""
-    for attempt in range(1, attempts + 1):
+    what sets ``attempts`` (for the final error). ``again(attempt, result)``, when given, may call
+    a result not final (a fit stopped to run on more ranks): the next attempt runs, and it does
+    not count as a lost one."""
+    attempt = lost = 0
+    while True:
+        attempt += 1
         try:
-            return run(attempt)
+            result = run(attempt)
         except HorovodRankLostError as error:
-            if attempt == attempts:
+            lost += 1
+            if lost == attempts:
                 raise HorovodRankLostError("%s\n(attempt %d of %d; %s sets the number of attempts)"
-                                           % (error, attempt, attempts, knob)) from None
+                                           % (error, lost, attempts, knob)) from None
             on_retry(attempt, error)
+            continue
+        if again is None or not again(attempt, result):
+            return result
 
 
 def await_slots(spark, num_proc, start_timeout):
@@ -126,8 +136,10 @@ class BarrierJob:
 
     def __init__(self, spark, num_proc, start_timeout=None, env=None, stdout=None, stderr=None,
                  prefix_output_with_timestamp=False, forward_output=True, use_gpu=False,
-                 description="horovod_rs", monitor=None):
-        self.spark, self.num_proc = spark, num_proc
+                 description="horovod_rs", monitor=None, grow_to=None):
+        """``grow_to``: a fit's attempt on fewer ranks than it wants; once the cluster has that
+        many task slots, the ranks are asked to stop after their epoch (``output.REGROW``)."""
+        self.spark, self.num_proc, self._grow_to = spark, num_proc, grow_to
         self._start_timeout = start_timeout
         self._env = {str(k): str(v) for k, v in (env or {}).items()}
         self._output_options = dict(stdout=stdout, stderr=stderr,
@@ -142,7 +154,7 @@ class BarrierJob:
 
     def __enter__(self):
         from horovod_rs import _native
-        from horovod_rs.spark.common.output import OutputServer
+        from horovod_rs.spark.common.output import REGROW, OutputServer
 
         if self.num_proc < 1:
             raise ValueError("num_proc must be at least 1, not %r" % (self.num_proc,))
@@ -165,8 +177,10 @@ class BarrierJob:
             token = secrets.token_hex(16)
             self._output = OutputServer(token, **self._output_options)
             output_address = "%s:%d" % (session.executors_reach_this_process_at(self.spark), self._output.port)
+        requests = (REGROW,) if self._grow_to is not None and output_address is not None else ()
         self.ranks = RankContext(size=self.num_proc, secret=secret, spec=settings.spec, rendezvous=rendezvous,
-                                 env=self._env, output_address=output_address, output_token=token)
+                                 env=self._env, output_address=output_address, output_token=token,
+                                 requests=requests)
         return self
 
     def __exit__(self, *exc):
@@ -223,6 +237,7 @@ class BarrierJob:
         # The tag names the job in Spark's UI too (tags may not hold commas).
         tag = "%s [%s]" % (self._description.replace(",", ";"), secrets.token_hex(6))
         start = _StartWatch(self.spark, self.num_proc, self._start_timeout, tag)
+        regrow = _RegrowWatch(self.spark, self._grow_to, self._output) if self.ranks.requests else None
         if self._monitor is not None:
             self._monitor.submitted()
         try:
@@ -246,6 +261,8 @@ class BarrierJob:
                 "the horovod_rs job of %d processes failed in Spark:\n%s" % (self.num_proc, spark_failure_text(e))) from None
         finally:
             start.stop()
+            if regrow is not None:
+                regrow.stop()
         return [(row["rank"], row["ok"], row["payload"], row["output"]) for row in rows]
 
     def results(self, outcomes):
@@ -332,6 +349,29 @@ class _StartWatch:
             self._stop_progress()
 
 
+class _RegrowWatch:
+    """A fit's attempt on fewer ranks than it wants: asks its ranks to stop after their epoch
+    (``output.REGROW``), to run again on more, once the cluster has ``grow_to`` task slots (an
+    executor restarted or added). Only a classic session counts slots."""
+
+    def __init__(self, spark, grow_to, output):
+        from horovod_rs.spark.common.output import REGROW
+
+        self._done = threading.Event()
+
+        def watch():
+            while not self._done.wait(REGROW_POLL_S):
+                slots = session.task_slots(spark)
+                if slots is not None and slots >= grow_to:
+                    output.request(REGROW)
+                    return
+
+        threading.Thread(target=watch, name="horovod_rs-regrow-watch", daemon=True).start()
+
+    def stop(self):
+        self._done.set()
+
+
 def spark_failure_text(error):
     """The useful part of an aborted stage's error: the Python traceback, when there is one, else
     Spark's reason without the JVM's stack frames."""
@@ -346,11 +386,11 @@ class RankContext:
     """What each task needs to join the job (shipped inside the task's closure): the job's size and
     secret, the spec fields its settings set, the driver's rendezvous service (None: the ranks
     exchange their addresses with Spark's allGather), the ``env`` the function runs with, and
-    where to send output."""
+    where to send output (and what the driver may ask back, ``output.forward_output``)."""
 
-    def __init__(self, size, secret, spec, rendezvous, env, output_address, output_token):
+    def __init__(self, size, secret, spec, rendezvous, env, output_address, output_token, requests=()):
         self.size, self.secret, self.spec, self.rendezvous, self.env = size, secret, spec, rendezvous, env
-        self.output_address, self.output_token = output_address, output_token
+        self.output_address, self.output_token, self.requests = output_address, output_token, tuple(requests)
 
     def outcome(self, fn, *args, **kwargs):
         """Runs ``fn(rank, ...)`` as this task's rank of the job; returns ``(rank, ok, payload,
@@ -362,7 +402,7 @@ class RankContext:
 
         timings.task_started()
         rank = BarrierTaskContext.get().partitionId()
-        output = forward_output(self.output_address, self.output_token, rank)
+        output = forward_output(self.output_address, self.output_token, rank, self.requests)
         try:
             with output:
                 with self.session() as rank:

@@ -12,6 +12,10 @@ has ended (``forward_output.undelivered``, ``OutputServer.emit``).
 The same connection carries a fit's events (``send_event``: JSON on the ``event`` stream, epoch
 and step reports of rank 0, ``horovod_rs.spark.common.progress``) to the driver's ``on_event``,
 which may keep a status line under the ranks' lines (``OutputServer.status``).
+
+Back the other way, the driver may ask the ranks something (``OutputServer.request``: one line to
+every rank connected now or later); a rank reads what it was asked without waiting
+(``asked``). A fit's attempt on fewer ranks than it wants asks ``REGROW`` when the slots are back.
 """
 
 import collections
@@ -19,6 +23,7 @@ import datetime
 import hmac
 import io
 import json
+import select
 import socket
 import socketserver
 import sys
@@ -32,6 +37,8 @@ KEPT_LINES = 2000
 EVENT_STREAM = "event"
 # The forwarding in effect in this process (``send_event`` writes to it), or None.
 _active = None
+# The driver's request that a fit stop after its epoch and run again on more ranks.
+REGROW = "regrow"
 
 
 class OutputServer:
@@ -48,17 +55,22 @@ class OutputServer:
         self._timestamps = prefix_output_with_timestamp
         self._on_event = on_event
         self._status_line, self._status = status_line, ""
-        emit = self.emit
+        self._requests, self._connections = [], []
+        emit, joined, left = self.emit, self._joined, self._left
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
                 first = self.rfile.readline().decode("utf-8", "replace").strip()
                 if not hmac.compare_digest(first, token):
                     return
-                for raw in self.rfile:
-                    rank, _, rest = raw.decode("utf-8", "replace").partition("\t")
-                    stream, _, text = rest.partition("\t")
-                    emit(rank, text.rstrip("\n"), stream, live=True)
+                joined(self.connection)
+                try:
+                    for raw in self.rfile:
+                        rank, _, rest = raw.decode("utf-8", "replace").partition("\t")
+                        stream, _, text = rest.partition("\t")
+                        emit(rank, text.rstrip("\n"), stream, live=True)
+                finally:
+                    left(self.connection)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -71,6 +83,23 @@ class OutputServer:
     @property
     def port(self):
         return self._server.server_address[1]
+
+    def request(self, what):
+        """Asks every rank ``what`` (a word), those connected now and those that connect later."""
+        with self._lock:
+            self._requests.append(what)
+            for connection in self._connections:
+                _send_request(connection, what)
+
+    def _joined(self, connection):
+        with self._lock:
+            self._connections.append(connection)
+            for what in self._requests:
+                _send_request(connection, what)
+
+    def _left(self, connection):
+        with self._lock:
+            self._connections.remove(connection)
 
     def emit(self, rank, text, stream="stdout", live=False):
         """Prints one line of ``rank``'s ``stream`` as the launcher does (an event goes to
@@ -128,6 +157,13 @@ class OutputServer:
                 self._status = ""
 
 
+def _send_request(connection, what):
+    try:
+        connection.sendall((what + "\n").encode())
+    except OSError:
+        pass  # that rank is gone: nothing to ask it
+
+
 class _ForwardingStream(io.TextIOBase):
     """A text stream that writes through to ``original`` and sends complete lines to the driver
     (or, without a connection, keeps them in ``kept``)."""
@@ -176,12 +212,15 @@ class forward_output:
     ``address`` (none: they stay here); lines that cannot reach it are kept for
     ``undelivered``."""
 
-    def __init__(self, address, token, rank):
+    def __init__(self, address, token, rank, requests=()):
+        """``requests``: what the driver may ask the ranks in this job (``may_ask``)."""
         self._address, self._token, self._rank = address, token, rank
+        self.requests = frozenset(requests)
         self._connection = None
         self._kept = collections.deque(maxlen=KEPT_LINES)
         self._kept_events = []
         self._lock = threading.Lock()
+        self._asked, self._unread = set(), b""
 
     def __enter__(self):
         global _active
@@ -217,6 +256,20 @@ class forward_output:
             except OSError:
                 pass
 
+    def asked(self, what):
+        """Whether the driver asked ``what`` (so far; it does not wait)."""
+        if self._connection is not None:
+            while select.select([self._connection], [], [], 0)[0]:
+                try:
+                    data = self._connection.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                *lines, self._unread = (self._unread + data).split(b"\n")
+                self._asked.update(line.decode("utf-8", "replace") for line in lines)
+        return what in self._asked
+
     def __exit__(self, *exc):
         global _active
         if self._address is None:
@@ -241,6 +294,16 @@ def send_event(event, keep=True):
     """Sends a fit's ``event`` to the driver from this rank (nothing outside a job's forwarding)."""
     if _active is not None:
         _active.send_event(event, keep)
+
+
+def may_ask(what):
+    """Whether the driver of this rank's job may ask it ``what`` (it is the same on every rank)."""
+    return _active is not None and what in _active.requests
+
+
+def asked(what):
+    """Whether the driver asked this rank ``what`` (False outside a job's forwarding)."""
+    return _active is not None and _active.asked(what)
 
 
 def replay(server, rank, undelivered):

@@ -3,7 +3,7 @@ sends them (``TrainingSettings``, one subclass per framework), loading their sha
 (Arrow batches from Spark, or Parquet from the store), splitting off the validation rows, agreeing
 on the totals and lending rows to ranks that have none (a DataFrame with fewer partitions or rows
 than ranks still trains), the steps and batch streams of an epoch, and the run's local directory
-and checkpoints (``RankFit``). ``run_rank`` is the one rank runner: each framework gives only a
+and checkpoints, and stopping after an epoch when the driver asks (``RankFit``). ``run_rank`` is the one rank runner: each framework gives only a
 ``Framework`` (its start-up and its fit). Framework-neutral: the collectives run on numpy through
 the engine.
 """
@@ -19,6 +19,7 @@ import typing
 import numpy as np
 
 from horovod_rs.common import arrays
+from horovod_rs.spark.common import output
 from horovod_rs.spark.common.checkpoint import RunWriter
 from horovod_rs.spark.common.columns import ColumnError
 from horovod_rs.spark.common.data import RankData, memory_budget
@@ -108,11 +109,21 @@ def run_rank(framework, settings, rank, batches):
     try:
         run = RankFit(framework, settings, rank, hvd.size(), share, timer)
         result = framework.fit(run, started)
+        if run.regrown_after is not None:
+            result = Regrow(run.regrown_after) if rank == 0 else None
         timer.lap("finish")
         run.events.timings(timer.report())
         return result
     finally:
         share.close()
+
+
+@dataclasses.dataclass
+class Regrow:
+    """Rank 0's result of an attempt that stopped after ``epochs_done`` epochs (checkpointed) to
+    run again on more ranks (``RankFit.regrow_after``)."""
+
+    epochs_done: int
 
 
 @dataclasses.dataclass
@@ -139,6 +150,9 @@ class RankFit:
     def __init__(self, framework, settings, rank, size, share, timer):
         s = settings
         self.settings, self.rank, self.size, self.share, self.timer = s, rank, size, share, timer
+        # Whether the driver may ask this attempt to stop after an epoch, and after which it did.
+        self._regrowable = self.saving and output.may_ask(output.REGROW)
+        self.regrown_after = None
         self.verbose = s.verbose if rank == 0 else 0
         self.val_batch_size = s.val_batch_size or s.batch_size
         self.steps = s.train_steps_per_epoch or steps(share.train_rows, s.batch_size, size, framework.train_rounding)
@@ -148,6 +162,18 @@ class RankFit:
         self._seed = None if s.random_seed is None else s.random_seed + rank
         self.events = RankEvents(rank == 0)
         self._extension = framework.checkpoint_extension
+
+    def regrow_after(self, epochs_done):
+        """Every rank, at the end of an epoch, after its checkpoint: whether to stop here because
+        the driver asked (the cluster has slots for more ranks again; the fit runs again on them
+        from this checkpoint). The ranks answer alike: rank 0's view is broadcast."""
+        if not self._regrowable or epochs_done >= self.settings.epochs:
+            return False
+        asked = self.rank == 0 and output.asked(output.REGROW)
+        if not arrays.broadcast_object(asked, root_rank=0, name="horovod_rs.regrow"):
+            return False
+        self.regrown_after = epochs_done
+        return True
 
     @property
     def saving(self):

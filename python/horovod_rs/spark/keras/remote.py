@@ -133,14 +133,15 @@ def _fit(run, hvd, k, model, custom_objects, user):
             if run.saving:
                 _log_to_tensorboard(k, callbacks, run.logs_dir(run_dir), verbose)
             callbacks.append(_RunCheckpoint(writer, distributed, history, base_lr))
-        callbacks.append(_Events(run.events, run.timer))  # last: it reports the epoch's averaged logs
+        callbacks.append(_Events(run.events, run.timer))  # it reports the epoch's averaged logs
+        callbacks.append(_Regrow(run))  # last: the epoch is checkpointed and reported
         if verbose:
             print(run.describe())
         run.events.start(s.epochs, epochs_done, run.steps, run.val_steps)
         fitted = model.fit(train_stream, steps_per_epoch=run.steps, epochs=s.epochs, initial_epoch=epochs_done,
                            validation_data=val_stream, validation_steps=run.val_steps or None, callbacks=callbacks,
                            verbose=verbose, shuffle=False)  # the streams shuffle
-        if rank != 0:
+        if rank != 0 or run.regrown_after is not None:
             return None
         # _RunCheckpoint recorded each epoch's (averaged) logs into ``history``, after earlier runs'.
         del fitted
@@ -186,6 +187,25 @@ class _RunCheckpoint:
                 self.writer.commit(epoch + 1, self.history, {"learning_rate": self.base_lr})
 
         return RunCheckpoint(*args, **kwargs)
+
+
+class _Regrow:
+    """Every rank's last callback: stops the fit after an epoch when the driver asks it to run
+    again on more ranks (``RankFit.regrow_after``)."""
+
+    def __new__(cls, *args, **kwargs):
+        tf = frameworks.tensorflow()
+
+        class Regrow(tf.keras.callbacks.Callback):
+            def __init__(self, run):
+                super().__init__()
+                self.run = run
+
+            def on_epoch_end(self, epoch, logs=None):
+                if self.run.regrow_after(epoch + 1):
+                    self.model.stop_training = True
+
+        return Regrow(*args, **kwargs)
 
 
 class _Laps:

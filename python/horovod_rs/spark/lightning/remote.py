@@ -99,7 +99,7 @@ def _fit(run, hvd, pl, device):
         writer = run.writer(run_dir)
         history = dict(s.resume[0]["history"]) if s.resume is not None else {}
         callbacks = list(user_callbacks) + [_epoch_end(pl, hvd, writer, run_dir, history, verbose, run.events,
-                                                           run.timer)]
+                                                           run.timer, run.regrow_after)]
         legacy_hooks = legacy.callback_hooks(pl, user_callbacks)
         if legacy_hooks is not None:
             callbacks.append(legacy_hooks)
@@ -138,7 +138,7 @@ def _fit(run, hvd, pl, device):
         run.events.start(s.epochs, s.resume[0]["epochs_done"] if s.resume is not None else 0, run.steps,
                          run.val_steps)
         trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_path)
-        if rank != 0:
+        if rank != 0 or run.regrown_after is not None:
             return None
         if run.saving:
             s.store.sync(run_dir)  # the profiler's report, the last logs
@@ -186,10 +186,11 @@ def _user_checkpoint(pl, callbacks, run_dir):
     return None
 
 
-def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events, timer):
+def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events, timer, regrow_after):
     """Every rank, after every epoch: the logged metrics averaged over the ranks into ``history``;
     rank 0 prints them, reports them (``events``, with its running metrics while it trains) and
-    commits a checkpoint of the whole run. ``timer`` gets the fit's phases."""
+    commits a checkpoint of the whole run; then the fit stops if ``regrow_after`` says so (the
+    driver asked it to run again on more ranks). ``timer`` gets the fit's phases."""
 
     class EpochEnd(pl.Callback):
         def on_train_start(self, trainer, module):
@@ -221,6 +222,8 @@ def _epoch_end(pl, hvd, writer, run_dir, history, verbose, events, timer):
             if writer is not None:
                 writer.commit(trainer.current_epoch + 1, history)
             timer.lap("checkpoint")
+            if regrow_after(trainer.current_epoch + 1):
+                trainer.should_stop = True
 
     return EpochEnd()
 

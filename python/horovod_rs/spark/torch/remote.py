@@ -177,9 +177,11 @@ def _fit(run, hvd, torch, device):
                     log_writer.flush()
                 writer.commit(epoch + 1, history)
             run.timer.lap("checkpoint")
+            if run.regrow_after(epoch + 1):
+                break
         if log_writer is not None:
             log_writer.close()
-        if rank != 0:
+        if rank != 0 or run.regrown_after is not None:
             return None
         buffer = io.BytesIO()
         torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()},
