@@ -231,9 +231,10 @@ PYSPARK_MARKS ?= not slow
 
 # The example scripts left out of make test for its time (tests marked `slow`: each script is a
 # Spark application of its own, a minute or more): our Torch and Lightning MNIST examples and the
-# Horovod-style Keras MNIST script, on the newest line; and a fit's and the Run API's next attempt
-# after a killed executor (make faults kills executors under the same jobs; the JVM estimator's
-# is its integration tests').
+# Horovod-style Keras MNIST script, on the newest line; the Torch and Lightning fits that shrink
+# after a killed executor and grow back (make test runs the Keras one: the families share the
+# driver's path) and the Run API's next attempt (make faults kills executors under the same jobs;
+# the JVM estimator's is its integration tests').
 pyspark-slow-test:
 	$(MAKE) --no-print-directory pyspark-test-$(LINE) PYSPARK_MARKS=slow
 
