@@ -29,12 +29,14 @@
 //! whose connection is told so and closed. Once an attempt's list is sent the
 //! attempt is forgotten: a later registration for it starts a new round.
 //!
-//! Invariant: every connection is handled on its own thread with socket
-//! timeouts, and only authenticated registrations reach the shared state; a
-//! connection that sends garbage, stays silent, is of another kind or version
-//! or cannot prove the secret is logged and dropped without affecting the
-//! others. Dropping the service shuts every connection down, so waiting ranks
-//! fail at once with `ServiceLost`.
+//! Invariant: handshakes run on up to 16 threads with socket timeouts (a
+//! registered connection waits for its reply without a thread, so the
+//! service's threads do not grow with the job), and only authenticated
+//! registrations reach the shared state; a connection that sends garbage,
+//! stays silent, is of another kind or version or cannot prove the secret is
+//! logged and dropped without affecting the others beyond the thread it holds
+//! until its timeout. Dropping the service shuts every connection down, so
+//! waiting ranks fail at once with `ServiceLost`.
 //!
 //! Modules: `server` (the service), `client` (a rank's [`exchange_entries`]),
 //! `frames` (the request and reply frames both speak).
@@ -212,6 +214,47 @@ mod tests {
         }
         let err = RendezvousService::start("not an address", b"s", 1).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+
+    #[test]
+    fn registrations_wait_for_their_list_without_a_thread_each() {
+        const SIZE: usize = 100;
+        let secret = b"driver-secret";
+        let service = RendezvousService::start("127.0.0.1:0", secret, SIZE).unwrap();
+        let address = format!("127.0.0.1:{}", service.port());
+        let register = |rank: usize| {
+            let address = address.clone();
+            std::thread::spawn(move || {
+                let entry = format!("h{rank}:1");
+                exchange_entries(
+                    &address,
+                    secret,
+                    rank,
+                    SIZE,
+                    0,
+                    &entry,
+                    Duration::from_secs(120),
+                )
+            })
+        };
+        let early: Vec<_> = (1..SIZE).map(register).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while service.waiting_and_threads().0 < SIZE - 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ranks did not register"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (_, threads) = service.waiting_and_threads();
+        assert!((1..=16).contains(&threads), "{threads} handshake threads");
+        let last = register(0).join().unwrap().unwrap();
+        assert_eq!(last.len(), SIZE);
+        assert_eq!(last[7], "h7:1");
+        for handle in early {
+            assert_eq!(handle.join().unwrap().unwrap(), last);
+        }
+        assert_eq!(service.waiting_and_threads().0, 0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The driver's side: the service that gathers the ranks' entries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,11 +24,18 @@ use super::frames::*;
 /// dropped.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Most threads taking handshakes at once. A registered connection waits for
+/// its reply without a thread, so the service's threads do not grow with the
+/// job; a silent stranger holds one of these for `CONNECTION_TIMEOUT` at most.
+const HANDSHAKE_THREADS: usize = 16;
+
 /// The driver's rendezvous service for a job of `size` ranks.
 ///
-/// Accepts connections on a background thread and serves each on its own
-/// thread until dropped. Dropping it stops accepting and closes every open
-/// connection, so ranks still waiting fail with [`Error::ServiceLost`].
+/// Accepts connections on a background thread; up to `HANDSHAKE_THREADS`
+/// threads take their handshakes and registrations, and the registration that
+/// completes an attempt's list answers every rank of it. Dropping it stops
+/// accepting and closes every open connection, so ranks still waiting fail
+/// with [`Error::ServiceLost`].
 pub struct RendezvousService {
     shared: Arc<Shared>,
     port: u16,
@@ -67,7 +74,10 @@ impl RendezvousService {
                 next_id: 0,
                 open: HashMap::new(),
                 rounds: Rounds::new(size),
-                ready: HashMap::new(),
+                waiting: HashMap::new(),
+                arrived: VecDeque::new(),
+                handshakers: 0,
+                idle_handshakers: 0,
             }),
             changed: Condvar::new(),
         });
@@ -90,11 +100,19 @@ impl RendezvousService {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// Registered connections waiting for their reply, and handshake threads
+    /// started: what a test of the service's threads reads.
+    #[cfg(test)]
+    pub(super) fn waiting_and_threads(&self) -> (usize, usize) {
+        let state = self.shared.lock();
+        (state.waiting.len(), state.handshakers)
+    }
 }
 
 impl Drop for RendezvousService {
     /// Stops accepting and shuts every open connection down. Waits only for
-    /// the accept thread, which the doorbell wakes at once; connection
+    /// the accept thread, which the doorbell wakes at once; handshake
     /// threads end on their own once their sockets are shut down.
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
@@ -129,7 +147,7 @@ impl std::fmt::Debug for RendezvousService {
     }
 }
 
-/// What the accept thread and the connection threads share.
+/// What the accept thread and the handshake threads share.
 struct Shared {
     size: usize,
     secret: Secret,
@@ -138,7 +156,7 @@ struct Shared {
     stopping: AtomicBool,
     doorbell: Doorbell,
     state: Mutex<State>,
-    /// Signalled when replies are ready or the service stops.
+    /// Signalled when a connection arrives or the service stops.
     changed: Condvar,
 }
 
@@ -151,8 +169,28 @@ struct State {
     /// stops.
     open: HashMap<u64, TcpStream>,
     rounds: Rounds,
-    /// Encoded replies for the connections whose wait is over, by id.
-    ready: HashMap<u64, Arc<Vec<u8>>>,
+    /// The registered connections waiting for their reply, by id.
+    waiting: HashMap<u64, Waiting>,
+    /// Accepted connections no handshake thread has taken yet.
+    arrived: VecDeque<Arrived>,
+    /// Handshake threads running, and how many of them wait for a connection.
+    handshakers: usize,
+    idle_handshakers: usize,
+}
+
+/// A connection as accepted.
+struct Arrived {
+    id: u64,
+    stream: TcpStream,
+    from: SocketAddr,
+}
+
+/// A registered connection, parked until its attempt's list is complete.
+struct Waiting {
+    stream: TcpStream,
+    from: SocketAddr,
+    rank: usize,
+    attempt: u32,
 }
 
 impl Shared {
@@ -160,34 +198,59 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records `registration`, made on connection `id`, and waits for the
-    /// reply to send on it; None if the service stopped first.
-    fn register_and_wait(&self, id: u64, registration: Registration) -> Option<Arc<Vec<u8>>> {
+    /// Parks `stream`, which made `registration`, and records the
+    /// registration. Returns the connections to answer now, each with its
+    /// reply (none if the service stopped).
+    fn register(
+        &self,
+        id: u64,
+        stream: TcpStream,
+        from: SocketAddr,
+        registration: Registration,
+    ) -> Vec<(Waiting, Arc<Vec<u8>>)> {
         let mut state = self.lock();
         if state.stopped {
-            return None;
+            return Vec::new();
         }
         let Registration {
             attempt,
             rank,
             entry,
         } = registration;
+        let waiting = Waiting {
+            stream,
+            from,
+            rank,
+            attempt,
+        };
+        state.waiting.insert(id, waiting);
         let replies = state.rounds.register(id, attempt, rank, entry);
-        if !replies.is_empty() {
-            state.ready.extend(replies);
-            self.changed.notify_all();
-        }
+        replies
+            .into_iter()
+            .filter_map(|(id, reply)| {
+                state.open.remove(&id);
+                state.waiting.remove(&id).map(|waiting| (waiting, reply))
+            })
+            .collect()
+    }
+
+    /// The next accepted connection to take the handshake of; None once the
+    /// service stopped.
+    fn next_arrived(&self) -> Option<Arrived> {
+        let mut state = self.lock();
         loop {
-            if let Some(reply) = state.ready.remove(&id) {
-                return Some(reply);
-            }
             if state.stopped {
                 return None;
             }
+            if let Some(arrived) = state.arrived.pop_front() {
+                return Some(arrived);
+            }
+            state.idle_handshakers += 1;
             state = self
                 .changed
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+            state.idle_handshakers -= 1;
         }
     }
 }
@@ -195,7 +258,7 @@ impl Shared {
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stopping.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((stream, from)) => spawn_connection(stream, from, shared),
+            Ok((stream, from)) => hand_over(stream, from, shared),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if let Err(e) = shared.doorbell.wait(listener, None) {
                     warn!("rendezvous service: waiting for connections failed: {e}");
@@ -212,8 +275,9 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// Tracks `stream` and serves it on a thread of its own.
-fn spawn_connection(stream: TcpStream, from: SocketAddr, shared: &Arc<Shared>) {
+/// Tracks `stream` and queues it for a handshake thread, starting one if
+/// none is idle and fewer than `HANDSHAKE_THREADS` run.
+fn hand_over(stream: TcpStream, from: SocketAddr, shared: &Arc<Shared>) {
     debug!("rendezvous service: connection from {from}");
     // Without a clone the connection could not be shut down when the service
     // stops: drop such a connection.
@@ -224,45 +288,58 @@ fn spawn_connection(stream: TcpStream, from: SocketAddr, shared: &Arc<Shared>) {
             return;
         }
     };
-    let id = {
-        let mut state = shared.lock();
-        if state.stopped {
-            return;
-        }
-        let id = state.next_id;
-        state.next_id += 1;
-        state.open.insert(id, clone);
-        id
-    };
+    let mut state = shared.lock();
+    if state.stopped {
+        return;
+    }
+    let id = state.next_id;
+    state.next_id += 1;
+    state.open.insert(id, clone);
+    state.arrived.push_back(Arrived { id, stream, from });
+    shared.changed.notify_one();
+    // An idle thread may have been woken already for an earlier arrival.
+    if state.arrived.len() <= state.idle_handshakers || state.handshakers >= HANDSHAKE_THREADS {
+        return;
+    }
     let spawned = thread::Builder::new().name("hvd-rdzv-conn".into()).spawn({
         let shared = Arc::clone(shared);
         move || {
-            serve(&shared, id, stream, from);
-            shared.lock().open.remove(&id);
+            while let Some(arrived) = shared.next_arrived() {
+                serve(&shared, arrived);
+            }
         }
     });
-    if let Err(e) = spawned {
-        warn!("rendezvous service: dropping connection from {from}: {e}");
-        shared.lock().open.remove(&id);
+    match spawned {
+        Ok(_) => state.handshakers += 1,
+        // The running ones take it; with none, it waits for the next arrival.
+        Err(e) => warn!("rendezvous service: cannot start a handshake thread: {e}"),
     }
 }
 
-/// Serves one connection: handshake, registration, reply.
-fn serve(shared: &Shared, id: u64, stream: TcpStream, from: SocketAddr) {
+/// Serves one connection: handshake and registration; then, if it completed
+/// its attempt's list, the replies to every connection of the attempt.
+fn serve(shared: &Shared, arrived: Arrived) {
+    let Arrived { id, stream, from } = arrived;
     let registration = match admit(&stream, shared) {
         Ok(registration) => registration,
         Err(reason) => {
             warn!("rendezvous service: rejected connection from {from}: {reason}");
+            shared.lock().open.remove(&id);
             return;
         }
     };
     let (rank, attempt) = (registration.rank, registration.attempt);
     debug!("rendezvous service: rank {rank} of stage attempt {attempt} registered from {from}");
-    let Some(reply) = shared.register_and_wait(id, registration) else {
-        return;
-    };
-    if let Err(e) = (&stream).write_all(&reply) {
-        warn!("rendezvous service: cannot answer rank {rank} of stage attempt {attempt} at {from}: {e}");
+    for (waiting, reply) in shared.register(id, stream, from, registration) {
+        let Waiting {
+            stream,
+            from,
+            rank,
+            attempt,
+        } = waiting;
+        if let Err(e) = (&stream).write_all(&reply) {
+            warn!("rendezvous service: cannot answer rank {rank} of stage attempt {attempt} at {from}: {e}");
+        }
     }
 }
 
