@@ -592,12 +592,12 @@ mod tests {
         let secret = key(b"job");
         let a_hello = hello(KIND_RANK, 0, 2);
         let mut old = hello(KIND_RANK, 1, 1).encode();
-        old[8..10].copy_from_slice(&7u16.to_le_bytes());
+        old[8..10].copy_from_slice(&99u16.to_le_bytes());
         let mut a = Handshake::acceptor(&secret, &a_hello, KIND_RANK);
         let (answer, failure) = failed(deliver(&mut a, &old[..PREFIX_LEN]));
         assert_eq!(answer, a_hello.encode());
         assert!(
-            matches!(failure, Failure::Protocol(PrefixError::Version(7))),
+            matches!(failure, Failure::Protocol(PrefixError::Version(99))),
             "{failure:?}"
         );
         let mut c = Handshake::connector(&secret, &hello(KIND_RANK, 1, 1), KIND_RANK);
@@ -605,7 +605,7 @@ mod tests {
         let (nothing, failure) = failed(deliver(&mut c, &old));
         assert!(nothing.is_empty());
         assert!(
-            matches!(failure, Failure::Protocol(PrefixError::Version(7))),
+            matches!(failure, Failure::Protocol(PrefixError::Version(99))),
             "{failure:?}"
         );
     }
@@ -812,11 +812,11 @@ mod tests {
             "it is a rank registering with the rendezvous service, not a rank of the mesh"
         );
         let mut old = theirs;
-        old[8..10].copy_from_slice(&7u16.to_le_bytes());
+        old[8..10].copy_from_slice(&99u16.to_le_bytes());
         assert_eq!(
             reason(old.to_vec()),
             format!(
-                "it speaks protocol version 7, this library speaks {}",
+                "it speaks protocol version 99, this library speaks {}",
                 wire::PROTOCOL_VERSION
             )
         );

@@ -828,14 +828,14 @@ mod tests {
         let (address, handle) = rank0(600);
         let mut old = TcpStream::connect(&address).unwrap();
         let mut hello = Hello::new(1, 2, [3u8; auth::NONCE_LEN]).encode();
-        hello[8..10].copy_from_slice(&7u16.to_le_bytes());
+        hello[8..10].copy_from_slice(&99u16.to_le_bytes());
         old.write_all(&hello).unwrap();
         let mut answer = [0u8; PREFIX_LEN];
         old.read_exact(&mut answer).unwrap();
         assert_eq!(wire::check_prefix(&answer), Ok(()));
         let err = handle.join().unwrap().unwrap_err();
         assert!(matches!(err, Error::Timeout { rank: Some(1), .. }), "{err}");
-        assert!(err.to_string().contains("protocol version 7"), "{err}");
+        assert!(err.to_string().contains("protocol version 99"), "{err}");
     }
 
     #[test]

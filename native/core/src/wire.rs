@@ -25,7 +25,7 @@ use crate::reduce::{type_name, ReduceOp};
 /// First bytes of every hello.
 pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
 /// Version of this protocol; any change to the bytes exchanged bumps it.
-pub(crate) const PROTOCOL_VERSION: u16 = 6;
+pub(crate) const PROTOCOL_VERSION: u16 = 7;
 /// Magic plus version: the part of the hello every version shares.
 pub(crate) const PREFIX_LEN: usize = 10;
 /// Length of a whole hello of this version.
@@ -171,10 +171,13 @@ pub(crate) enum Kind {
     Alltoall,
     Reducescatter,
     GroupedAllreduce,
+    /// The engine's control plane (`collectives::control`).
+    Gather,
+    BitwiseAnd,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 9] = [
         Kind::Allreduce,
         Kind::Barrier,
         Kind::Allgather,
@@ -182,6 +185,8 @@ impl Kind {
         Kind::Alltoall,
         Kind::Reducescatter,
         Kind::GroupedAllreduce,
+        Kind::Gather,
+        Kind::BitwiseAnd,
     ];
 
     fn code(self) -> u8 {
@@ -193,6 +198,8 @@ impl Kind {
             Kind::Alltoall => 5,
             Kind::Reducescatter => 6,
             Kind::GroupedAllreduce => 7,
+            Kind::Gather => 8,
+            Kind::BitwiseAnd => 9,
         }
     }
 
@@ -206,6 +213,8 @@ impl Kind {
             Kind::Alltoall => "alltoall",
             Kind::Reducescatter => "reducescatter",
             Kind::GroupedAllreduce => "grouped allreduce",
+            Kind::Gather => "gather",
+            Kind::BitwiseAnd => "bitwise and",
         }
     }
 }
@@ -304,9 +313,10 @@ impl Header {
             Some(kind @ (Kind::Allreduce | Kind::Reducescatter)) => {
                 format!("{} of {} {} ({})", kind.name(), self.count, dtype(), op())
             }
-            Some(kind @ (Kind::Allgather | Kind::Alltoall)) => {
+            Some(kind @ (Kind::Allgather | Kind::Alltoall | Kind::Gather)) => {
                 format!("{} of {}", kind.name(), dtype())
             }
+            Some(Kind::BitwiseAnd) => format!("bitwise and of {} 64-bit words", self.count),
             Some(Kind::Broadcast) => format!(
                 "broadcast of {} {} from rank {}",
                 self.count,
@@ -362,8 +372,8 @@ mod tests {
     #[test]
     fn hello_prefix_errors() {
         let mut bytes = Hello::new(0, 2, [0u8; NONCE_LEN]).encode();
-        bytes[8..10].copy_from_slice(&7u16.to_le_bytes());
-        assert_eq!(Hello::decode(&bytes), Err(PrefixError::Version(7)));
+        bytes[8..10].copy_from_slice(&99u16.to_le_bytes());
+        assert_eq!(Hello::decode(&bytes), Err(PrefixError::Version(99)));
         bytes[0] = b'X';
         assert_eq!(Hello::decode(&bytes), Err(PrefixError::BadMagic));
     }

@@ -20,6 +20,7 @@
 mod allgather;
 mod alltoall;
 mod broadcast;
+mod control;
 mod options;
 mod reducescatter;
 

@@ -8,11 +8,13 @@
 //!
 //! On a [`Communicator`] every operation is one of its own collectives:
 //!
-//! * the control gather is its allgather with per-rank lengths, the control
-//!   broadcast its broadcast (the length first, then the bytes);
-//! * the AND packs each bit into a field wide enough to count the ranks,
-//!   sums with allreduce, and keeps the fields that counted every rank (the
-//!   ring has no bitwise reduction);
+//! * the control gather is its binomial-tree gather to rank 0 and the AND
+//!   its recursive doubling (`collectives::control`: log2 N peers per rank),
+//!   the control broadcast its broadcast (the length first, then the bytes);
+//! * through shared memory (every rank on this host) the AND packs each bit
+//!   into a field wide enough to count the ranks, sums with allreduce, and
+//!   keeps the fields that counted every rank (shared memory has no bitwise
+//!   reduction, and the host's few ranks make the fields cheap);
 //! * allreduce is `allreduce_bytes` with [`AllreduceOptions`], so scale
 //!   factors and compression apply to every float type, on the fusion buffer
 //!   in place;
@@ -168,18 +170,6 @@ pub(crate) fn unpack_and(packed: &[i64], size: usize, words: &mut [u64]) {
 
 // -------------------------------------------------------------- communicator
 
-/// `bytes` cut into consecutive pieces of `lens` bytes.
-fn split_by(bytes: &[u8], lens: &[usize]) -> Vec<Vec<u8>> {
-    let mut rest = bytes;
-    lens.iter()
-        .map(|&len| {
-            let (head, tail) = rest.split_at(len.min(rest.len()));
-            rest = tail;
-            head.to_vec()
-        })
-        .collect()
-}
-
 /// Reducescatter by rows of `row_bytes` bytes of `T`: rank `r`'s rows (as
 /// [`segment`] splits them) go into block `r` of `size` equal, zero-padded
 /// blocks, so the communicator's element-wise split of the padded buffer
@@ -234,6 +224,9 @@ impl Transport for Communicator {
         if size == 1 {
             return Ok(());
         }
+        if !self.uses_shared_memory() {
+            return Communicator::bitwise_and(self, words);
+        }
         let mut packed = pack_bits(words, size);
         Communicator::allreduce(self, &mut packed, ReduceOp::Sum)?;
         unpack_and(&packed, size, words);
@@ -241,8 +234,7 @@ impl Transport for Communicator {
     }
 
     fn control_gather(&mut self, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
-        let (bytes, lens) = Communicator::allgather(self, mine)?;
-        Ok((Communicator::rank(self) == 0).then(|| split_by(&bytes, &lens)))
+        self.gather_to_root(mine)
     }
 
     fn control_broadcast(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>> {
@@ -336,13 +328,5 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "size {size}");
         }
-    }
-
-    #[test]
-    fn split_by_cuts_consecutive_pieces() {
-        assert_eq!(
-            split_by(&[1, 2, 3, 4, 5], &[2, 0, 3]),
-            vec![vec![1, 2], vec![], vec![3, 4, 5]]
-        );
     }
 }
