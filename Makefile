@@ -545,7 +545,7 @@ faults-quick: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials 1 --check --skip $(subst $(space),$(comma),$(FAULTS_QUICK_SKIP))
 FAULTS_QUICK_SKIP := spark-driver-killed spark-executor-killed spark-executor-killed-mid-checkpoint \
                      spark-elastic-executor-killed spark-elastic-killed-in-commit spark-elastic-grow \
-                     spark-elastic-worker-lost spark-fit-worker-lost
+                     spark-elastic-worker-lost spark-fit-worker-lost spark-fit-grow
 comma := ,
 space := $(subst ,, )
 

@@ -71,8 +71,10 @@ def allreduce_steps(result_dir, steps):
     return float(total[0]) if steps else None
 
 
-def fit(spark, result_dir, lose_worker=False):
-    """``lose_worker``: rank 1 loses its standalone worker after epoch 2 (the fit goes on with 1 rank)."""
+def fit(spark, result_dir, lose_worker=False, lose_executor=False):
+    """``lose_worker``: rank 1 loses its standalone worker after epoch 2 (the fit goes on with 1
+    rank). ``lose_executor``: rank 1 kills its executor early in epoch 2, which local-cluster
+    restarts: the fit goes on with 1 rank, then with 2 again."""
     import tensorflow as tf
 
     from horovod_rs.spark.common.store import Store
@@ -106,7 +108,30 @@ def fit(spark, result_dir, lose_worker=False):
             if epoch == 1 and hvd.size() == 2 and hvd.rank() == 1:
                 kill_worker_and_executor(os.path.join(result_dir, "killed"))
 
-    callbacks = [NamesTheWriter()] + ([LosesItsWorker()] if lose_worker else [])
+    class LosesItsExecutor(k.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            import horovod_rs.tensorflow.keras as hvd
+
+            if self.epoch == 1 and batch == 3 and hvd.size() == 2 and hvd.rank() == 1:
+                kill_executor(os.path.join(result_dir, "killed"))
+
+    class AloneWaitsForTheSlotsBack(k.callbacks.Callback):
+        """The one rank left ends its epochs once the driver saw the restarted executor, so the
+        fit's end does not race the restart (300 s at most)."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            import horovod_rs.tensorflow.keras as hvd
+            from horovod_rs.spark.common import output
+
+            deadline = time.time() + 300
+            while hvd.size() == 1 and not output.asked(output.REGROW) and time.time() < deadline:
+                time.sleep(0.2)
+
+    callbacks = [NamesTheWriter()] + ([LosesItsWorker()] if lose_worker else []) + \
+        ([LosesItsExecutor(), AloneWaitsForTheSlotsBack()] if lose_executor else [])
     fitted = KerasEstimator(num_proc=2, store=Store.create(os.path.join(result_dir, "store")), model=model,
                             optimizer=k.optimizers.Adam(0.001), loss="mse", feature_cols=["x1", "x2"],
                             label_cols=["y"], batch_size=100, epochs=FIT_EPOCHS, random_seed=1,
@@ -276,6 +301,9 @@ class StandaloneCluster:
 
 
 def main(mode, result_dir):
+    if mode == "fit-grow":
+        session(mode, result_dir, "local-cluster[2,1,1024]", {"spark.horovod.rs.fitMinProcesses": "1"})
+        return
     if mode in ("elastic-worker", "fit-worker"):
         workers = 3 if mode == "elastic-worker" else 2
         conf = {"spark.cores.max": str(workers), "spark.executor.cores": "1", "spark.executor.memory": "1g"}
@@ -308,7 +336,7 @@ def session(mode, result_dir, master, conf=None):
         elif mode.startswith("elastic-"):
             outcome = {"results": elastic(spark, result_dir, mode[len("elastic-"):])}
         else:
-            outcome = fit(spark, result_dir, lose_worker=mode == "fit-worker")
+            outcome = fit(spark, result_dir, lose_worker=mode == "fit-worker", lose_executor=mode == "fit-grow")
     except Exception as e:  # noqa: BLE001 (the trial classifies it)
         outcome = {"error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()[-2000:]}
     with open(os.path.join(result_dir, "result.json"), "w") as f:

@@ -37,6 +37,10 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   its worker and executor JVMs, so the slot never comes back; the fit must go on
                   from its last checkpoint with the 1 rank left and end with 4 epochs and a model
                   that predicts
+  spark-fit-grow  the same fit on local-cluster[2,1,1024]: early in epoch 2 rank 1 kills its
+                  executor JVM, which local-cluster restarts; the fit must go on with the 1 rank left and,
+                  once the driver sees the slot back, stop after that epoch and end on 2 ranks
+                  (retries: rank lost after epoch 1 on 1 rank, slots back after epoch 2 on 2)
   spark-executor-killed-mid-checkpoint
                   a KerasEstimator fit of 4 epochs with a store; rank 0, which writes the
                   checkpoints, and its executor JVM are killed with SIGKILL as soon as a
@@ -74,7 +78,7 @@ RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
          "stranger-wrong-secret", "spark-driver-killed", "spark-executor-killed",
          "spark-executor-killed-mid-checkpoint", "spark-elastic-executor-killed", "spark-elastic-killed-in-commit",
-         "spark-elastic-grow", "spark-elastic-worker-lost", "spark-fit-worker-lost")
+         "spark-elastic-grow", "spark-elastic-worker-lost", "spark-fit-worker-lost", "spark-fit-grow")
 SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
 # A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
 SPARK_START_S = 120
@@ -237,7 +241,7 @@ def run_spark_executor_killed(kind, timeout_s):
 # The kinds whose driver script makes the fault happen itself, and its mode for each.
 DRIVER_FAULT_MODES = {"spark-elastic-executor-killed": "elastic-kill", "spark-elastic-killed-in-commit": "elastic-commit",
                       "spark-elastic-grow": "elastic-grow", "spark-elastic-worker-lost": "elastic-worker",
-                      "spark-fit-worker-lost": "fit-worker"}
+                      "spark-fit-worker-lost": "fit-worker", "spark-fit-grow": "fit-grow"}
 
 
 def run_spark_driver_fault(kind, timeout_s):
@@ -256,13 +260,18 @@ def run_spark_driver_fault(kind, timeout_s):
     reader.start()
     try:
         # A fit recovers by a relaunch: a second start and its epochs again.
-        wait_s = SPARK_START_S + SPARK_RECOVERY_S * (2 if kind == "spark-fit-worker-lost" else 1)
+        wait_s = SPARK_START_S + SPARK_RECOVERY_S * (2 if kind.startswith("spark-fit-") else 1)
         result, failure = _driver_result(driver, output, reader, marker, segments_before, timeout_s, result_dir,
                                          wait_s, "of its start")
         if failure:
             return failure
         if kind == "spark-fit-worker-lost":
             recovered = (result["epochs"] == FIT_EPOCHS and [r["num_proc"] for r in result["retries"]] == [1]
+                         and result["mean_abs_error"] < 0.5)
+            return ("finished", None) if recovered else ("unexpected", json.dumps(result)[-500:])
+        if kind == "spark-fit-grow":  # on 1 rank from epoch 2, on 2 again from epoch 3
+            attempts = [(r["reason"], r["resumed_after_epoch"], r["num_proc"]) for r in result["retries"]]
+            recovered = (result["epochs"] == FIT_EPOCHS and attempts == [("rank lost", 1, 1), ("slots back", 2, 2)]
                          and result["mean_abs_error"] < 0.5)
             return ("finished", None) if recovered else ("unexpected", json.dumps(result)[-500:])
         results = result["results"]
