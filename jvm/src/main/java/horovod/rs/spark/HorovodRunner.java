@@ -12,6 +12,7 @@ import java.util.concurrent.FutureTask;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.BiConsumer;
+import java.util.function.BiPredicate;
 import java.util.function.IntFunction;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
@@ -79,15 +80,32 @@ public final class HorovodRunner {
      */
     public static <T> T withAttempts(int attempts, String knob, IntFunction<T> job,
             BiConsumer<Integer, HorovodRankLostException> beforeRetry) {
+        return withAttempts(attempts, knob, job, beforeRetry, (attempt, result) -> false);
+    }
+
+    /**
+     * As {@link #withAttempts(int, String, IntFunction, BiConsumer)}; {@code again} may call an
+     * attempt's result not final (a fit that stopped to run on more ranks): the next attempt runs,
+     * and it does not count as one that lost a rank.
+     */
+    public static <T> T withAttempts(int attempts, String knob, IntFunction<T> job,
+            BiConsumer<Integer, HorovodRankLostException> beforeRetry, BiPredicate<Integer, T> again) {
+        int lostAttempts = 0;
         for (int attempt = 1; ; attempt++) {
+            T result;
             try {
-                return job.apply(attempt);
+                result = job.apply(attempt);
             } catch (HorovodRankLostException lost) {
-                if (attempt >= attempts) {
-                    throw new HorovodRankLostException(lost.getMessage() + " (attempt " + attempt + " of " + attempts
-                            + "; " + knob + " sets the number of attempts)", lost);
+                lostAttempts++;
+                if (lostAttempts >= attempts) {
+                    throw new HorovodRankLostException(lost.getMessage() + " (attempt " + lostAttempts + " of "
+                            + attempts + "; " + knob + " sets the number of attempts)", lost);
                 }
                 beforeRetry.accept(attempt, lost);
+                continue;
+            }
+            if (!again.test(attempt, result)) {
+                return result;
             }
         }
     }

@@ -49,6 +49,32 @@ public class HorovodRunnerTest {
     }
 
     @Test
+    public void aResultCalledNotFinalRunsAgainWithoutCountingAsALostAttempt() {
+        java.util.List<Integer> calls = new java.util.ArrayList<>();
+        String result = HorovodRunner.withAttempts(2, "knob", attempt -> {
+            calls.add(attempt);
+            if (attempt == 1) {
+                throw new HorovodRankLostException("ExecutorLostFailure", null);
+            }
+            return attempt < 4 ? "regrow" : "done";
+        }, (attempt, lost) -> { }, (attempt, r) -> r.equals("regrow"));
+        assertEquals("done", result);
+        assertEquals(List.of(1, 2, 3, 4), calls);
+    }
+
+    @Test
+    public void theLastLostAttemptNamesTheCountAndTheKnob() {
+        try {
+            HorovodRunner.withAttempts(2, "knob", attempt -> {
+                throw new HorovodRankLostException("ExecutorLostFailure", null);
+            }, (attempt, lost) -> { });
+            fail("expected a failure");
+        } catch (HorovodRankLostException e) {
+            assertTrue(e.getMessage(), e.getMessage().endsWith("(attempt 2 of 2; knob sets the number of attempts)"));
+        }
+    }
+
+    @Test
     public void sparkLosingAnExecutorOrAPythonWorkerIsALostRank() {
         assertTrue(HorovodRankLostException.isRankLost(new RuntimeException("job aborted",
                 new RuntimeException("ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"))));

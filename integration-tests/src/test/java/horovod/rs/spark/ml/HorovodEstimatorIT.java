@@ -216,13 +216,21 @@ public class HorovodEstimatorIT {
      * again (spark.horovod.rs.fitAttempts), resumes from the checkpoint and ends with every epoch.
      * In local-cluster the executors are child processes of this JVM; the worker starts a new one,
      * but the second attempt does not wait for it: spark.horovod.rs.fitMinProcesses=1 (LocalCluster)
-     * lets it run on the one slot left.
+     * lets it run on the one slot left, and it stops after the epoch in which the driver sees the
+     * new executor, so that a third attempt runs the rest on both slots. The fit is long enough
+     * for local-cluster's restart to land well within the second attempt: its epochs take about
+     * 0.17 s, so the one rank left would train for about 50 s, and the executor is back after
+     * 5-6 s on a loaded 2-core host.
      */
+    private static final int EPOCHS_KILLED = 300;
+
     @Test
     public void fitSurvivesAnExecutorKilledMidTrainingAndResumes() throws Exception {
         String store = dir.newFolder("store").getAbsolutePath();
         File history = new File(store, "runs/killed/history.json");
         java.util.concurrent.atomic.AtomicLong killed = new java.util.concurrent.atomic.AtomicLong();
+        java.util.concurrent.atomic.AtomicLong killedAt = new java.util.concurrent.atomic.AtomicLong();
+        long started = System.nanoTime();
         Thread killer = new Thread(() -> {
             while (!history.isFile() && !Thread.currentThread().isInterrupted()) {
                 try {
@@ -234,6 +242,7 @@ public class HorovodEstimatorIT {
             ProcessHandle.current().descendants()
                     .filter(p -> p.info().commandLine().orElse("").contains("CoarseGrainedExecutorBackend"))
                     .findFirst().ifPresent(p -> {
+                        killedAt.set(System.nanoTime());
                         killed.set(p.pid());
                         p.destroyForcibly();
                     });
@@ -241,7 +250,15 @@ public class HorovodEstimatorIT {
         killer.start();
         // The tasks of each stage's last submission, by job description: the retry's barrier stage is its last.
         Map<String, Integer> lastStageTasks = new java.util.concurrent.ConcurrentHashMap<>();
+        java.util.concurrent.atomic.AtomicLong executorBack = new java.util.concurrent.atomic.AtomicLong();
         org.apache.spark.scheduler.SparkListener stages = new org.apache.spark.scheduler.SparkListener() {
+            @Override
+            public void onExecutorAdded(org.apache.spark.scheduler.SparkListenerExecutorAdded added) {
+                if (killed.get() > 0) {
+                    executorBack.compareAndSet(0, System.nanoTime());
+                }
+            }
+
             @Override
             public void onStageSubmitted(org.apache.spark.scheduler.SparkListenerStageSubmitted submitted) {
                 String description = submitted.properties() == null ? null
@@ -254,18 +271,24 @@ public class HorovodEstimatorIT {
         spark.sparkContext().addSparkListener(stages);
         HorovodModel model;
         try {
-            model = regressionEstimator().setEpochs(30).setTrainStepsPerEpoch(300).setStore(store).setRunId("killed")
-                    .fit(regression);
+            model = regressionEstimator().setEpochs(EPOCHS_KILLED).setTrainStepsPerEpoch(300).setStore(store)
+                    .setRunId("killed").fit(regression);
         } finally {
             killer.interrupt();
             killer.join();
             spark.sparkContext().removeSparkListener(stages);
         }
         assertTrue("no executor was killed: the fit ended before its first checkpoint was seen", killed.get() > 0);
+        System.out.printf("the fit took %.1f s; its executor was back %.1f s after the kill%n",
+                (System.nanoTime() - started) / 1e9, (executorBack.get() - killedAt.get()) / 1e9);
         String retry = lastStageTasks.keySet().stream().filter(d -> d.endsWith(" attempt 2")).findFirst()
                 .orElseThrow(() -> new AssertionError("no second attempt among " + lastStageTasks.keySet()));
         assertEquals("the second attempt ran on the one slot left", 1, (int) lastStageTasks.get(retry));
-        assertEquals(30, model.getHistory().size());
+        String grown = lastStageTasks.keySet().stream().filter(d -> d.endsWith(" attempt 3")).findFirst()
+                .orElseThrow(() -> new AssertionError("no third attempt among " + lastStageTasks.keySet()
+                        + (executorBack.get() == 0 ? " (the executor did not come back during the fit)" : "")));
+        assertEquals("the third attempt grew back to both slots", 2, (int) lastStageTasks.get(grown));
+        assertEquals(EPOCHS_KILLED, model.getHistory().size());
         assertEquals(regression.count(), model.transform(regression).filter("NOT isnan(prediction)").count());
     }
 }

@@ -107,27 +107,49 @@ final class FitJob {
      * {@code attempts} times in all. Each attempt's rank 0 resumes from the store's last
      * checkpoint, so at most the epoch in flight runs twice; without a store it starts over. An
      * attempt after the first runs on fewer ranks when {@code minProcesses} allows it and the
-     * cluster has fewer slots then (the rows are repartitioned to the ranks it has).
+     * cluster has fewer slots then (the rows are repartitioned to the ranks it has); with a store,
+     * such an attempt stops after the epoch in which the slots come back ({@link RegrowWatch}),
+     * and the next one resumes on all {@code numProc} (not counted as a lost attempt).
      */
     private static List<FitResult> runAttempts(Dataset<Row> selected, int numProc, FitRank rank,
             HorovodRunOptions options, String description, Store store, String runId, Progress progress, int attempts,
             Integer minProcesses) {
+        SparkContext sc = selected.sparkSession().sparkContext();
         int[] ranks = {numProc};
         return HorovodRunner.withAttempts(attempts, HorovodConf.FIT_ATTEMPTS.key(), attempt -> {
             RDD<InternalRow> rows = SparkShim.internalRows(onePartitionPerRank(selected, ranks[0]));
+            String label = attempt > 1 || attempts > 1 ? description + " attempt " + attempt : description;
+            boolean mayGrow = store != null && ranks[0] < numProc;
+            String marker = mayGrow ? store.runFile(runId, "regrow-" + attempt) : null;
             progress.start();
+            RegrowWatch watch = mayGrow ? RegrowWatch.start(sc, numProc, store, marker) : null;
             try {
-                return HorovodRunner.runOnPartitions(rows, rank, options,
-                        attempts > 1 ? description + " attempt " + attempt : description);
+                return HorovodRunner.runOnPartitions(rows, mayGrow ? rank.regrowingOn(marker) : rank, options, label);
             } finally {
                 progress.stop();
+                if (watch != null) {
+                    watch.close();
+                    deleteMarker(store, marker);
+                }
             }
         }, (attempt, lost) -> {
-            ranks[0] = ranksForRetry(selected.sparkSession().sparkContext(), numProc, minProcesses);
+            ranks[0] = ranksForRetry(sc, numProc, minProcesses);
             String retry = "attempt " + attempt + " lost a rank outside the trainer; attempt " + (attempt + 1) + " "
                     + resumePoint(store, runId) + " on " + ranks[0] + " ranks: " + lost.getMessage();
             LOG.warn(retry);
             progress.say(retry);
+        }, (attempt, results) -> {
+            if (!results.get(0).regrow()) {
+                return false;
+            }
+            int had = ranks[0];
+            ranks[0] = ranksForRetry(sc, numProc, minProcesses);
+            String grown = "the cluster has slots for " + numProc + " ranks again: attempt " + attempt + " (on " + had
+                    + " ranks) stopped after its epoch; attempt " + (attempt + 1) + " resumes from the checkpoint in "
+                    + store.runPath(runId) + " on " + ranks[0] + " ranks";
+            LOG.info(grown);
+            progress.say(grown);
+            return true;
         });
     }
 
@@ -140,8 +162,21 @@ final class FitJob {
         if (minimum == null) {
             return numProc;
         }
-        int slots = sc.maxNumConcurrentTasks(sc.resourceProfileManager().defaultResourceProfile());
-        return Math.max(Math.min(minimum, numProc), Math.min(numProc, slots));
+        return Math.max(Math.min(minimum, numProc), Math.min(numProc, taskSlots(sc)));
+    }
+
+    /** Deletes an attempt's regrow marker; a store that refuses only leaves the empty file behind. */
+    private static void deleteMarker(Store store, String marker) {
+        try {
+            store.delete(marker);
+        } catch (RuntimeException e) {
+            LOG.warn("could not delete {}: {}", marker, e.getMessage());
+        }
+    }
+
+    /** How many tasks the cluster runs at once now, as its scheduler counts them. */
+    static int taskSlots(SparkContext sc) {
+        return sc.maxNumConcurrentTasks(sc.resourceProfileManager().defaultResourceProfile());
     }
 
     private static String resumePoint(Store store, String runId) {

@@ -19,7 +19,9 @@ import org.apache.spark.sql.types.StructType;
  * One rank of a fit: its partition into a native table, the table into the trainer, then epochs
  * until the trainer is done. Rank 0 writes the checkpoint and the history to the store after every
  * epoch (so a later fit with the same run id resumes, and the driver shows progress), and the
- * final model at the end.
+ * final model at the end. An attempt on fewer ranks than the fit wants stops after the epoch in
+ * which the driver wrote its regrow marker to the store (the cluster has the slots again): rank 0
+ * looks for it after each checkpoint and its answer is broadcast, so every rank stops alike.
  */
 final class FitRank implements PartitionFunction<InternalRow, FitResult> {
     private static final long serialVersionUID = 1L;
@@ -33,6 +35,8 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
     /** Null when the fit has no store. */
     private final Store store;
     private final String runId;
+    /** The store file whose existence asks this attempt to stop after its epoch; null: never asked. */
+    private final String regrowMarker;
 
     FitRank(StructType schema, List<String> columns, List<String> labelColumns, boolean dropInvalidRows,
             String modelSpec, String trainConfig, Store store, String runId) {
@@ -44,6 +48,27 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
         this.trainConfig = trainConfig;
         this.store = store;
         this.runId = runId;
+        this.regrowMarker = null;
+    }
+
+    private FitRank(FitRank rank, String regrowMarker) {
+        this.schema = rank.schema;
+        this.columns = rank.columns;
+        this.labelColumns = rank.labelColumns;
+        this.dropInvalidRows = rank.dropInvalidRows;
+        this.modelSpec = rank.modelSpec;
+        this.trainConfig = rank.trainConfig;
+        this.store = rank.store;
+        this.runId = rank.runId;
+        this.regrowMarker = regrowMarker;
+    }
+
+    /** This rank for an attempt that stops after its epoch once {@code marker} is in the store. */
+    FitRank regrowingOn(String marker) {
+        if (store == null) {
+            throw new IllegalStateException("a fit without a store has no checkpoint to grow back from");
+        }
+        return new FitRank(this, marker);
     }
 
     @Override
@@ -63,6 +88,9 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
                     store.write(store.runFile(runId, Store.HISTORY),
                             trainer.historyJson().getBytes(StandardCharsets.UTF_8));
                 }
+                if (regrowMarker != null && !trainer.done() && asked(ctx)) {
+                    return FitResult.regrowing(ctx.rank(), rows, dropped);
+                }
             }
             byte[] model = trainer.modelBytes();
             if (writer) {
@@ -74,6 +102,12 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
         } finally {
             table.close();
         }
+    }
+
+    /** Whether the driver asked this attempt to stop: rank 0's look at the store, on every rank. */
+    private boolean asked(HorovodContext ctx) {
+        int[] asked = {ctx.rank() == 0 && store.exists(regrowMarker) ? 1 : 0};
+        return ctx.broadcast(asked, 0)[0] == 1;
     }
 
     private static String sha256(byte[] bytes) {

@@ -128,6 +128,16 @@ public final class Store implements Serializable {
         }
     }
 
+    /** Deletes the file at {@code path}, if there is one. */
+    public void delete(String path) {
+        Path p = new Path(path);
+        try {
+            fileSystem(p).delete(p, false);
+        } catch (IOException e) {
+            throw new UncheckedIOException("could not delete " + path + ": " + e.getMessage(), e);
+        }
+    }
+
     private FileSystem fileSystem(Path path) {
         try {
             return path.getFileSystem(hadoopConf.value());
