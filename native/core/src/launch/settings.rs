@@ -259,8 +259,8 @@ pub const SETTINGS: &[Setting] = &[
         doc: "When a fit runs its barrier job again after losing a rank, how few ranks it may \
               run with: the next attempt takes the task slots the cluster has \
               then, down to this many (rows and steps per epoch rebalance over them), instead of \
-              waiting for all of num_proc; a Python estimator's attempt on fewer ranks stops \
-              after the epoch in which the slots come back and the next one resumes on num_proc; \
+              waiting for all of num_proc; with a store, an attempt on fewer ranks stops after \
+              the epoch in which the slots come back and the next one resumes on num_proc; \
               unset: every attempt waits for num_proc.",
         parse_key: |value| match value.trim().parse::<u32>() {
             Ok(processes) if processes >= 1 => Ok(Value::from(processes)),
