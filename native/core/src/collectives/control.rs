@@ -66,39 +66,29 @@ impl Communicator {
                 bytes
             };
             let mut theirs = vec![0u8; HEADER_LEN + 8 * words.len()];
-            let and_theirs = |peer: &Link, theirs: &[u8], words: &mut [u64]| -> Result<()> {
-                check_header(
-                    peer.rank(),
-                    theirs[..HEADER_LEN].try_into().unwrap(),
-                    &header,
-                )?;
-                let other = theirs[HEADER_LEN..].chunks_exact(8).map(|b| u64_at(b, 0));
-                words.iter_mut().zip(other).for_each(|(w, o)| *w &= o);
-                Ok(())
-            };
             if r >= p {
                 let partner = comm.link(r - p)?;
                 partner.send(&message(words), KIND.name())?;
                 partner.recv(&mut theirs, KIND.name())?;
-                check_header(
-                    partner.rank(),
-                    theirs[..HEADER_LEN].try_into().unwrap(),
-                    &header,
-                )?;
-                let result = theirs[HEADER_LEN..].chunks_exact(8).map(|b| u64_at(b, 0));
-                words.iter_mut().zip(result).for_each(|(w, r)| *w = r);
+                for (word, result) in words.iter_mut().zip(words_of(partner, &theirs, &header)?) {
+                    *word = result;
+                }
                 return Ok(());
             }
             let folded = (r + p < n).then(|| comm.link(r + p)).transpose()?;
             if let Some(extra) = folded {
                 extra.recv(&mut theirs, KIND.name())?;
-                and_theirs(extra, &theirs, words)?;
+                for (word, other) in words.iter_mut().zip(words_of(extra, &theirs, &header)?) {
+                    *word &= other;
+                }
             }
             let mut distance = 1;
             while distance < p {
                 let peer = comm.link(r ^ distance)?;
                 send_recv(peer, &message(words), peer, &mut theirs, KIND)?;
-                and_theirs(peer, &theirs, words)?;
+                for (word, other) in words.iter_mut().zip(words_of(peer, &theirs, &header)?) {
+                    *word &= other;
+                }
                 distance *= 2;
             }
             if let Some(extra) = folded {
@@ -107,6 +97,22 @@ impl Communicator {
             Ok(())
         })
     }
+}
+
+/// The words of a peer's `message` (its header, then little-endian u64s),
+/// once its header is checked against `ours`.
+fn words_of<'a>(
+    from: &Link,
+    message: &'a [u8],
+    ours: &Header,
+) -> Result<impl Iterator<Item = u64> + 'a> {
+    let (head, body) = message.split_at(HEADER_LEN);
+    check_header(
+        from.rank(),
+        head.try_into().expect("a header's length"),
+        ours,
+    )?;
+    Ok(body.chunks_exact(8).map(|bytes| u64_at(bytes, 0)))
 }
 
 /// Sends `header`, then the blocks: their total length, then each block's
