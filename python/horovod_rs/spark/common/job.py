@@ -361,7 +361,10 @@ class _RegrowWatch:
 
         def watch():
             while not self._done.wait(REGROW_POLL_S):
-                slots = session.task_slots(spark)
+                try:
+                    slots = session.task_slots(spark)
+                except Exception:  # noqa: BLE001 (the session is stopping: the attempt just does not grow)
+                    return
                 if slots is not None and slots >= grow_to:
                     output.request(REGROW)
                     return
