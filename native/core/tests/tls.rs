@@ -37,10 +37,12 @@ fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
         let upstream = thread::spawn(move || {
             let mut buf = [0u8; 64 << 10];
             while let Ok(n) = client_in.read(&mut buf) {
+                // Recorded before it is forwarded: once rank 0 has the bytes, the test may
+                // read the record.
+                recorded.lock().unwrap().extend_from_slice(&buf[..n]);
                 if n == 0 || server_out.write_all(&buf[..n]).is_err() {
                     break;
                 }
-                recorded.lock().unwrap().extend_from_slice(&buf[..n]);
             }
             let _ = server_out.shutdown(Shutdown::Write);
         });
