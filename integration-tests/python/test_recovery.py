@@ -22,8 +22,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def kill_my_executor_once(marker):
-    """Kills this Python worker's executor JVM with SIGKILL, unless ``marker`` exists (it is
-    created first, so a job run again does not kill again)."""
+    """Kills this Python worker's executor JVM with SIGKILL, then this worker, unless ``marker``
+    exists (it is created first, so a job run again does not kill again). The worker goes at
+    once, as with a lost node: left running, it could train on with the other rank until Spark
+    aborts the stage, and where the next attempt resumes would depend on how long that took."""
     import signal
 
     try:
@@ -36,7 +38,7 @@ def kill_my_executor_once(marker):
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             if b"CoarseGrainedExecutorBackend" in f.read():
                 os.kill(pid, signal.SIGKILL)
-                return
+                os._exit(137)
         with open("/proc/%d/stat" % pid) as f:
             pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent's pid
     raise RuntimeError("no executor JVM among this process's parents")
