@@ -173,13 +173,18 @@ def by_value(*values):
     for value in values:
         modules |= _modules_of(value)
     registered = []
+    # A module the user registered stays registered after the block: register (and later
+    # unregister) only the others (registering twice is no error, unregistering is for good).
+    already = set(cloudpickle.list_registry_pickle_by_value())
     try:
         for module in modules:
+            if module.__name__ in already:
+                continue
             try:
                 cloudpickle.register_pickle_by_value(module)
                 registered.append(module)
             except ValueError:
-                pass  # already registered by the user
+                pass  # not in sys.modules: it cannot be registered
         yield
     finally:
         for module in registered:
