@@ -218,8 +218,6 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         can_grow = store is not None and store.saving_runs()
 
         def attempt(number):
-            if number > 1:
-                state["resume"] = self._read_resume(run_id)
             trainer = self._remote_trainer(run_id, spec, state["resume"])
             grow_to = wanted if can_grow and state["num_proc"] < wanted else None
             return backend.run_on_dataframe(trainer, prepared, env=self._backend_env(), num_proc=state["num_proc"],
@@ -227,7 +225,8 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                                             monitor=monitor, grow_to=grow_to)
 
         def next_attempt(number, reason, error=None):
-            checkpoint = self._read_resume(run_id)
+            # What the next attempt resumes from, read once: its trainer carries it to rank 0.
+            checkpoint = state["resume"] = self._read_resume(run_id)
             done = checkpoint[0]["epochs_done"] if checkpoint else 0
             state["num_proc"] = ranks_for_retry(prepared.sparkSession, wanted, settings.fit_min_processes)
             # Epochs count from 1; every epoch after `done` that the last attempt began runs again.

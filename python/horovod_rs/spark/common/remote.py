@@ -3,9 +3,9 @@ sends them (``TrainingSettings``, one subclass per framework), loading their sha
 (Arrow batches from Spark, or Parquet from the store), splitting off the validation rows, agreeing
 on the totals and lending rows to ranks that have none (a DataFrame with fewer partitions or rows
 than ranks still trains), the steps and batch streams of an epoch, and the run's local directory
-and checkpoints, and stopping after an epoch when the driver asks (``RankFit``). ``run_rank`` is the one rank runner: each framework gives only a
-``Framework`` (its start-up and its fit). Framework-neutral: the collectives run on numpy through
-the engine.
+and checkpoints, and stopping after an epoch when the driver asks (``RankFit``). ``run_rank`` is
+the one rank runner: each framework gives only a ``Framework`` (its start-up and its fit).
+Framework-neutral: the collectives run on numpy through the engine.
 """
 
 import contextlib
@@ -109,8 +109,8 @@ def run_rank(framework, settings, rank, batches):
     try:
         run = RankFit(framework, settings, rank, hvd.size(), share, timer)
         result = framework.fit(run, started)
-        if run.regrown_after is not None:
-            result = Regrow(run.regrown_after) if rank == 0 else None
+        if run.regrown:
+            result = Regrow() if rank == 0 else None
         timer.lap("finish")
         run.events.timings(timer.report())
         return result
@@ -118,12 +118,9 @@ def run_rank(framework, settings, rank, batches):
         share.close()
 
 
-@dataclasses.dataclass
 class Regrow:
-    """Rank 0's result of an attempt that stopped after ``epochs_done`` epochs (checkpointed) to
-    run again on more ranks (``RankFit.regrow_after``)."""
-
-    epochs_done: int
+    """Rank 0's result of an attempt that stopped after an epoch's checkpoint to run again on more
+    ranks (``RankFit.regrow_after``); the next attempt resumes from that checkpoint."""
 
 
 @dataclasses.dataclass
@@ -150,9 +147,10 @@ class RankFit:
     def __init__(self, framework, settings, rank, size, share, timer):
         s = settings
         self.settings, self.rank, self.size, self.share, self.timer = s, rank, size, share, timer
-        # Whether the driver may ask this attempt to stop after an epoch, and after which it did.
-        self._regrowable = self.saving and output.may_ask(output.REGROW)
-        self.regrown_after = None
+        # Whether the driver may ask this attempt to stop after an epoch (it does only for a run
+        # the store keeps), and whether it did.
+        self._regrowable = output.may_ask(output.REGROW)
+        self.regrown = False
         self.verbose = s.verbose if rank == 0 else 0
         self.val_batch_size = s.val_batch_size or s.batch_size
         self.steps = s.train_steps_per_epoch or steps(share.train_rows, s.batch_size, size, framework.train_rounding)
@@ -172,7 +170,7 @@ class RankFit:
         asked = self.rank == 0 and output.asked(output.REGROW)
         if not arrays.broadcast_object(asked, root_rank=0, name="horovod_rs.regrow"):
             return False
-        self.regrown_after = epochs_done
+        self.regrown = True
         return True
 
     @property

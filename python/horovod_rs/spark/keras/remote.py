@@ -141,7 +141,7 @@ def _fit(run, hvd, k, model, custom_objects, user):
         fitted = model.fit(train_stream, steps_per_epoch=run.steps, epochs=s.epochs, initial_epoch=epochs_done,
                            validation_data=val_stream, validation_steps=run.val_steps or None, callbacks=callbacks,
                            verbose=verbose, shuffle=False)  # the streams shuffle
-        if rank != 0 or run.regrown_after is not None:
+        if rank != 0 or run.regrown:
             return None
         # _RunCheckpoint recorded each epoch's (averaged) logs into ``history``, after earlier runs'.
         del fitted

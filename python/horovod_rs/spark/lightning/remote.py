@@ -138,7 +138,7 @@ def _fit(run, hvd, pl, device):
         run.events.start(s.epochs, s.resume[0]["epochs_done"] if s.resume is not None else 0, run.steps,
                          run.val_steps)
         trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_path)
-        if rank != 0 or run.regrown_after is not None:
+        if rank != 0 or run.regrown:
             return None
         if run.saving:
             s.store.sync(run_dir)  # the profiler's report, the last logs

@@ -181,7 +181,7 @@ def _fit(run, hvd, torch, device):
                 break
         if log_writer is not None:
             log_writer.close()
-        if rank != 0 or run.regrown_after is not None:
+        if rank != 0 or run.regrown:
             return None
         buffer = io.BytesIO()
         torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()},

@@ -40,6 +40,11 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
 
     FitRank(StructType schema, List<String> columns, List<String> labelColumns, boolean dropInvalidRows,
             String modelSpec, String trainConfig, Store store, String runId) {
+        this(schema, columns, labelColumns, dropInvalidRows, modelSpec, trainConfig, store, runId, null);
+    }
+
+    private FitRank(StructType schema, List<String> columns, List<String> labelColumns, boolean dropInvalidRows,
+            String modelSpec, String trainConfig, Store store, String runId, String regrowMarker) {
         this.schema = schema;
         this.columns = Lists.copyOf(columns);
         this.labelColumns = Lists.copyOf(labelColumns);
@@ -48,18 +53,6 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
         this.trainConfig = trainConfig;
         this.store = store;
         this.runId = runId;
-        this.regrowMarker = null;
-    }
-
-    private FitRank(FitRank rank, String regrowMarker) {
-        this.schema = rank.schema;
-        this.columns = rank.columns;
-        this.labelColumns = rank.labelColumns;
-        this.dropInvalidRows = rank.dropInvalidRows;
-        this.modelSpec = rank.modelSpec;
-        this.trainConfig = rank.trainConfig;
-        this.store = rank.store;
-        this.runId = rank.runId;
         this.regrowMarker = regrowMarker;
     }
 
@@ -68,7 +61,8 @@ final class FitRank implements PartitionFunction<InternalRow, FitResult> {
         if (store == null) {
             throw new IllegalStateException("a fit without a store has no checkpoint to grow back from");
         }
-        return new FitRank(this, marker);
+        return new FitRank(schema, columns, labelColumns, dropInvalidRows, modelSpec, trainConfig, store, runId,
+                marker);
     }
 
     @Override
