@@ -277,7 +277,7 @@ pyspark_tests = $(if $(filter $(LINE_35),$(1)),$(addprefix integration-tests/pyt
 CONNECT_SERVER_35 := 3.5.7
 # From a Connect client, what depends on the driver path (classic runs cover the rest, which the
 # ranks do the same way under both, as in the Run API's stress test): on the newest line the Run
-# API, cancelling, the JVM estimator over Spark ML on Connect, the Keras family's fit, transform,
+# API and run_elastic, cancelling, the JVM estimator over Spark ML on Connect, the Keras family's fit, transform,
 # persistence, Pipeline and errors (a rank's failure among them), and the Torch family's
 # persistence (the one driver path of every family: its store check, CrossValidator, prepared
 # data and Lightning from a Connect client are make pyspark-connect-test-full's); on 3.5 the Run
@@ -290,7 +290,9 @@ CONNECT_RUN_TESTS_35 := $(addprefix test_run.py::,test_results_come_back_in_rank
 CONNECT_RUN_TESTS := $(CONNECT_RUN_TESTS_35) $(addprefix test_run.py::, \
                     test_the_drivers_horovod_variables_reach_the_ranks_and_env_overrides_them \
                     test_init_after_a_peer_returned_keeps_the_jobs_world \
-                    test_init_after_a_peer_failed_names_it_instead_of_starting_a_job_of_one)
+                    test_init_after_a_peer_failed_names_it_instead_of_starting_a_job_of_one \
+                    test_run_elastic_returns_results_in_rank_order_and_its_ranks_output \
+                    test_run_elastic_names_a_failing_rank)
 PYSPARK_CONNECT_TESTS := $(CONNECT_RUN_TESTS) test_cancel.py test_estimator.py \
                     test_keras_estimator.py::test_fit_predicts_and_reports_horovods_history \
                     test_keras_estimator.py::test_save_load_and_pipeline \
@@ -545,7 +547,7 @@ faults-quick: $(FAULT_DEPS)
 	$(PYTHON) scripts/faults.py --trials 1 --check --skip $(subst $(space),$(comma),$(FAULTS_QUICK_SKIP))
 FAULTS_QUICK_SKIP := spark-driver-killed spark-executor-killed spark-executor-killed-mid-checkpoint \
                      spark-elastic-executor-killed spark-elastic-killed-in-commit spark-elastic-grow \
-                     spark-elastic-worker-lost spark-fit-worker-lost spark-fit-grow
+                     spark-elastic-worker-lost spark-elastic-in-cluster spark-fit-worker-lost spark-fit-grow
 comma := ,
 space := $(subst ,, )
 

@@ -27,7 +27,9 @@
                                                ``worker``: on a standalone cluster of 3 workers
                                                (started through bin/spark-class), the last rank
                                                kills its worker and executor JVMs at step 5, so
-                                               the slot never comes back
+                                               the slot never comes back; ``cluster``: ``kill``
+                                               with the job's coordinator in the cluster
+                                               (``spark.horovod.rs.driverRendezvous`` false)
 
 ``run``, ``fit``, ``fit-worker`` and ``elastic-*`` write ``result.json`` when they end: what came back, or the error."""
 
@@ -228,7 +230,8 @@ def elastic_counting(result_dir, victim, until_size):
 def elastic(spark, result_dir, kind):
     """An elastic job of 3 ranks (``grow``: 2, growing to 3 once another job frees a slot)."""
     if kind != "grow":
-        return horovod_rs.spark.run_elastic(elastic_counting, args=(result_dir, kind, None), num_proc=3,
+        victim = "kill" if kind == "cluster" else kind
+        return horovod_rs.spark.run_elastic(elastic_counting, args=(result_dir, victim, None), num_proc=3,
                                             min_num_proc=2)
     def hold(batches):
         open(os.path.join(result_dir, "holding"), "w").close()
@@ -312,7 +315,9 @@ def main(mode, result_dir):
         with StandaloneCluster(workers, result_dir) as cluster:
             session(mode, result_dir, cluster.url, conf)
         return
-    session(mode, result_dir, "local-cluster[3,1,1024]" if mode.startswith("elastic-") else "local-cluster[2,1,1024]")
+    conf = {"spark.horovod.rs.driverRendezvous": "false"} if mode == "elastic-cluster" else None
+    session(mode, result_dir, "local-cluster[3,1,1024]" if mode.startswith("elastic-") else "local-cluster[2,1,1024]",
+            conf)
 
 
 def session(mode, result_dir, master, conf=None):

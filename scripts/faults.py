@@ -31,6 +31,10 @@ Kinds (rank 1 is the victim; scripts/fault_rank.py is what the ranks run):
                   rank kills its worker and executor JVMs, so the slot never comes back. The job
                   must finish with every step counted exactly once (no committed step lost or
                   repeated) and the world's sizes as expected
+  spark-elastic-in-cluster
+                  spark-elastic-executor-killed with the job's coordinator in a process on an
+                  executor (as under Spark Connect; spark.horovod.rs.driverRendezvous=false),
+                  which must be gone too once the job ended
   spark-fit-worker-lost
                   a KerasEstimator fit of 4 epochs with 2 ranks on a standalone cluster of 2
                   one-core workers, spark.horovod.rs.fitMinProcesses=1: after epoch 2 rank 1 kills
@@ -78,7 +82,8 @@ RANK_SCRIPT = os.path.join(HERE, "fault_rank.py")
 KINDS = ("kill", "stop", "never-submits", "mismatch", "stranger-silent", "stranger-garbage", "stranger-huge-length",
          "stranger-wrong-secret", "spark-driver-killed", "spark-executor-killed",
          "spark-executor-killed-mid-checkpoint", "spark-elastic-executor-killed", "spark-elastic-killed-in-commit",
-         "spark-elastic-grow", "spark-elastic-worker-lost", "spark-fit-worker-lost", "spark-fit-grow")
+         "spark-elastic-grow", "spark-elastic-worker-lost", "spark-elastic-in-cluster", "spark-fit-worker-lost",
+         "spark-fit-grow")
 SPARK_DRIVER = os.path.join(HERE, "fault_spark_driver.py")
 # A local-cluster's start (JVMs, executors, Python workers), and its end once its driver is gone.
 SPARK_START_S = 120
@@ -241,6 +246,7 @@ def run_spark_executor_killed(kind, timeout_s):
 # The kinds whose driver script makes the fault happen itself, and its mode for each.
 DRIVER_FAULT_MODES = {"spark-elastic-executor-killed": "elastic-kill", "spark-elastic-killed-in-commit": "elastic-commit",
                       "spark-elastic-grow": "elastic-grow", "spark-elastic-worker-lost": "elastic-worker",
+                      "spark-elastic-in-cluster": "elastic-cluster",
                       "spark-fit-worker-lost": "fit-worker", "spark-fit-grow": "fit-grow"}
 
 

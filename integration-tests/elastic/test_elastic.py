@@ -1,10 +1,13 @@
 """horovod_rs.spark.run_elastic on a real cluster: a rank's executor killed (SIGKILL of its JVM)
 mid-run, the survivors going on from their last commit, the world growing back when Spark
-restarts the executor; and the errors of a job that cannot go on."""
+restarts the executor; and the errors of a job that cannot go on. The tests taking
+``coordinator_at`` run with the job's coordinator on the driver and in the cluster (where a Spark
+Connect client's job has it)."""
 
 import os
 import signal
 import sys
+import time
 
 import cloudpickle
 import pytest
@@ -67,11 +70,32 @@ def counting(steps, kill_at, marker, until_regrown=False, fail_at=None):
     return fn
 
 
+@pytest.fixture(params=["driver", "cluster"])
+def coordinator_at(request, spark):
+    spark.conf.set("spark.horovod.rs.driverRendezvous", "true" if request.param == "driver" else "false")
+    yield request.param
+    spark.conf.unset("spark.horovod.rs.driverRendezvous")
+
+
+def coordinator_processes():
+    """The pids of the in-cluster coordinators running on this machine."""
+    pids = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                if b"horovod_rs.spark.common.elastic_job" in f.read():
+                    pids.add(int(entry))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
 def regrown(sizes):
     return min(sizes, default=0) < max(sizes, default=0) and sizes[-1] == max(sizes)
 
 
-def test_a_killed_executor_shrinks_the_world_and_spark_restarting_it_grows_it_back(spark, tmp_path, capsys):
+def test_a_killed_executor_shrinks_the_world_and_spark_restarting_it_grows_it_back(spark, coordinator_at, tmp_path,
+                                                                                    capsys):
     marker = str(tmp_path / "killed")
     results = horovod_rs.spark.run_elastic(counting(20, 5, marker, until_regrown=True), num_proc=3, min_num_proc=2)
     assert os.path.exists(marker)
@@ -87,7 +111,7 @@ def test_a_killed_executor_shrinks_the_world_and_spark_restarting_it_grows_it_ba
     assert "run_elastic: the world's sizes, in turn: 3 -> 2 -> 3" in capsys.readouterr().out
 
 
-def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark):
+def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark, coordinator_at):
     # docs/elastic.rst's training function as Horovod prints it (its Spark section has no code; this
     # is the Ray one's), with a model and a step for its "...", without torch.cuda.set_device on
     # this GPU-less host, and returning what the test checks.
@@ -123,12 +147,12 @@ def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark):
     assert results[0][4] == results[1][4] == results[2][4]  # one model: broadcast, then averaged steps
 
 
-def test_a_ranks_own_exception_ends_the_job_naming_it(spark, tmp_path):
+def test_a_ranks_own_exception_ends_the_job_naming_it(spark, coordinator_at, tmp_path):
     with pytest.raises(Exception, match=r"(?s)rank 0 of 3 failed.*ValueError: rank 0 gives up at step 3"):
         horovod_rs.spark.run_elastic(counting(10, -1, str(tmp_path / "none"), fail_at=3), num_proc=3)
 
 
-def test_fewer_ranks_than_min_num_proc_after_a_loss_fail_after_the_elastic_timeout(spark, tmp_path):
+def test_fewer_ranks_than_min_num_proc_after_a_loss_fail_after_the_elastic_timeout(spark, coordinator_at, tmp_path):
     # min_num_proc=3 on a cluster of 3: after the kill only 2 remain until Spark restarts the
     # executor, and elastic_timeout=0 does not wait for it.
     with pytest.raises(Exception, match=r"2 ranks remain after losing .*fewer than min_num_proc=3.*elastic_timeout"):
@@ -143,3 +167,17 @@ def test_bad_sizes_are_named_before_any_job(spark):
 def test_fewer_slots_than_min_num_proc_fail_naming_them(spark):
     with pytest.raises(Exception, match="the cluster has 3 task slots for 4 processes"):
         horovod_rs.spark.run_elastic(lambda: None, num_proc=4, max_num_proc=4, min_num_proc=4, start_timeout=5)
+
+
+def test_a_coordinator_in_the_cluster_leaves_after_its_verdict(spark, coordinator_at):
+    if coordinator_at == "driver":
+        pytest.skip("the driver's coordinator is a thread of the driver")
+    before = coordinator_processes()
+    assert horovod_rs.spark.run_elastic(lambda: 7, num_proc=2, max_num_proc=3) == [7, 7]
+    started = coordinator_processes() - before
+    assert len(started) == 1
+    # It stays LINGER_S (10 s) after its last task left; 120 s allows for a slow machine.
+    deadline = time.time() + 120
+    while started & coordinator_processes() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not started & coordinator_processes()

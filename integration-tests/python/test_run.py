@@ -54,6 +54,40 @@ def test_more_processes_than_slots_fail_within_the_start_timeout(spark):
     assert time.time() - started < 10
 
 
+def elastic_sum_of_ranks_fn():
+    def elastic_sum_of_ranks():
+        import torch
+
+        import horovod_rs.torch as hvd
+
+        hvd.init()
+        state = hvd.elastic.ObjectState(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, step=0)
+
+        @hvd.elastic.run
+        def train(state):
+            total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)
+            print("rank %d of %d" % (hvd.rank(), hvd.size()))
+            state.step += 1
+            state.commit()
+            return hvd.rank(), hvd.size(), float(total[0]), state.step
+
+        return train(state)
+    return elastic_sum_of_ranks
+
+
+def test_run_elastic_returns_results_in_rank_order_and_its_ranks_output(spark, capsys):
+    # Room for a third rank that never comes (the cluster has two slots): the job ends without it.
+    results = horovod_rs.spark.run_elastic(elastic_sum_of_ranks_fn(), num_proc=2, max_num_proc=3)
+    assert results == [(0, 2, 1.0, 1), (1, 2, 1.0, 1)]
+    out = capsys.readouterr().out
+    assert "rank 0 of 2" in out and "rank 1 of 2" in out
+
+
+def test_run_elastic_names_a_failing_rank(spark):
+    with pytest.raises(HorovodRunError, match="(?s)rank 1 of 2 failed.*ValueError: rank one gives up"):
+        horovod_rs.spark.run_elastic(fails_on_rank_one_fn(), num_proc=2)
+
+
 def placement_and_timeout_fn():
     def placement_and_timeout():
         import horovod_rs.torch as hvd

@@ -65,18 +65,15 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
     are Horovod's older names. A rank's own exception fails the job with its traceback. Lines the
     ranks print are prefixed with their task's slot, which keeps its number when ranks change.
 
-    Needs a classic session: the job's coordinator listens on the driver, which a Spark Connect
-    client may not be (``run`` with ``max_attempts`` works from both)."""
+    Runs from a classic session and from a Spark Connect one: the job's coordinator runs on the
+    driver of a classic session, else in a process of its own on an executor (the client may be
+    out of the executors' reach); ``spark.horovod.rs.driverRendezvous`` (``true``/``false``)
+    forces either."""
     import os
 
     from horovod_rs.spark.common import elastic_job
 
     spark = session.active_session()
-    if session.is_connect(spark):
-        raise NotImplementedError(
-            "horovod_rs.spark.run_elastic needs a classic Spark session (its coordinator listens on the Spark driver, "
-            "which a Spark Connect client may be out of the executors' reach of); from Spark Connect, "
-            "horovod_rs.spark.run(..., max_attempts=N) runs the job again from fn's own checkpoint")
     num_proc = num_proc or session.default_parallelism(spark)
     min_num_proc = min_num_proc if min_num_proc is not None else min_np if min_np is not None else num_proc
     max_num_proc = max_num_proc if max_num_proc is not None else max_np if max_np is not None else num_proc

@@ -291,7 +291,9 @@ pub const SETTINGS: &[Setting] = &[
         doc: "How ranks exchange addresses: true through a service on the driver (executors must \
               reach the driver on one more port), false among themselves with Spark's barrier \
               allGather (about a second slower per job); auto picks the service when the driver \
-              runs in the cluster (a classic session, the JVM), allGather under Spark Connect.",
+              runs in the cluster (a classic session, the JVM), allGather under Spark Connect. \
+              run_elastic's coordinator likewise: true on the driver, false in a process on an \
+              executor.",
         parse_key: |value| match value.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Value::from("auto")),
             "true" => Ok(Value::from("on")),

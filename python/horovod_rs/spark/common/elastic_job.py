@@ -23,6 +23,14 @@ The first world waits for ``num_proc`` tasks (gang start, up to ``start_timeout`
 ``min_num_proc`` suffice). A rank's own exception ends the job, with its traceback, as in
 ``run``; only lost ranks and failed collectives make a new world. ``reset_limit`` bounds how many
 new worlds a job forms after its first.
+
+Where the coordinator runs: on the driver when the driver is in the cluster (a classic session);
+else (a Spark Connect client, which the executors may not reach) in a process of its own on an
+executor, which a one-task job starts before the elastic stage and which outlives that task. The
+job's verdict (the results or the error) then travels back in the elastic stage's rows: the
+coordinator sends it to every task still connected, each returns it, and the coordinator exits
+once no task has been connected for ``LINGER_S``. Its own timeouts bound its life when the
+client goes away.
 """
 
 import hmac
@@ -39,6 +47,15 @@ POLL_S = 0.2
 FAILED_RENDEZVOUS_LIMIT = 3
 # How long a task tries to reach the coordinator.
 CONNECT_TIMEOUT_S = 30
+# How long a coordinator in the cluster stays after its verdict with no task connected (tasks
+# Spark starts once the ranks free their slots come for the verdict too).
+LINGER_S = 10
+# The most it stays after its verdict whatever its connections do.
+MAX_LINGER_S = 600
+# The columns of an elastic task's row: its slot, what it printed that the client did not get
+# live, the job's verdict when the coordinator is in the cluster (pickled), and why it could not
+# reach the coordinator, if it could not.
+TASK_SCHEMA = "slot int, output string, verdict binary, unreachable string"
 
 
 class ElasticJobError(RuntimeError):
@@ -47,7 +64,12 @@ class ElasticJobError(RuntimeError):
 
 class Retired(BaseException):
     """The job ended while this task waited to join a world: the task has nothing left to do (a
-    ``BaseException``, so that a training loop's ``except Exception`` lets it through)."""
+    ``BaseException``, so that a training loop's ``except Exception`` lets it through). Carries
+    the coordinator's verdict, when it sends one."""
+
+    def __init__(self, verdict=None):
+        super().__init__("the elastic job ended")
+        self.verdict = verdict
 
 
 # The first message a task sends, before it has proven it belongs to the job, is JSON (nothing
@@ -135,8 +157,10 @@ class Coordinator:
     """The driver's side: listens for tasks and decides the worlds. ``wait()`` returns the last
     world's ``(ok, payload)`` outcomes in rank order or raises ``ElasticJobError``."""
 
-    def __init__(self, token, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit):
+    def __init__(self, token, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit,
+                 verdicts=False):
         self._token = token
+        self._verdicts = verdicts  # whether the tasks take the job's verdict back to the client
         self.num_proc, self.min_np, self.max_np = num_proc, min_np, max_np
         self._start_timeout, self._elastic_timeout, self._reset_limit = start_timeout, elastic_timeout, reset_limit
         self._lock = threading.Condition()
@@ -172,15 +196,35 @@ class Coordinator:
                 raise self._error
             return self._result
 
+    def linger(self):
+        """Blocks until no task has been connected for ``LINGER_S`` (at most ``MAX_LINGER_S``)."""
+        started = quiet_since = time.time()
+        with self._lock:
+            while time.time() - started < MAX_LINGER_S:
+                if any(w.alive for w in self._workers):
+                    quiet_since = time.time()
+                elif time.time() - quiet_since >= LINGER_S:
+                    return
+                self._lock.wait(POLL_S)
+
     def close(self):
         with self._lock:
             self._closed = True
             if self._result is None and self._error is None:
                 self._error = ElasticJobError("the elastic job was closed")
-            workers = list(self._workers)
+            workers, exit_message = list(self._workers), self._exit_message_locked()
         for worker in workers:
-            worker.send(("exit", None))
+            worker.send(exit_message)
         self._listener.close()
+
+    def _exit_message_locked(self):
+        """What a task is told when the job has ended: with the verdict (``("ok", results in rank
+        order, world sizes)`` or ``("error", message)``) when the tasks carry it back."""
+        if not self._verdicts:
+            return ("exit", None)
+        if self._error is not None:
+            return ("exit", ("error", str(self._error)))
+        return ("exit", ("ok", [payload for _, payload in self._result], list(self.worlds)))
 
     # The tasks' connections ------------------------------------------------------------------
 
@@ -205,7 +249,7 @@ class Coordinator:
         worker = _Worker(number, connection, *hello)
         with self._lock:
             if self._result is not None or self._error is not None:
-                worker.send(("exit", None))
+                worker.send(self._exit_message_locked())
                 connection.close()
                 return
             self._workers.append(worker)
@@ -338,9 +382,12 @@ class Coordinator:
             self._lock.notify_all()
 
     def _exit_everyone_else_locked(self):
+        """Tells the tasks the job ended: those still running or waiting, and, when the tasks carry
+        the verdict, those that returned too (they wait for it)."""
+        exit_message = self._exit_message_locked()
         for worker in self._workers:
-            if worker.alive and worker.outcome is None:
-                worker.send(("exit", None))
+            if worker.alive and (worker.outcome is None or self._verdicts):
+                worker.send(exit_message)
         self._lock.notify_all()
 
 
@@ -391,7 +438,7 @@ class Member:
             send_message(self._connection, ("join", "%s:%d" % (self.host, joining.port()), error))
             kind, body = self._next_message()
             if kind == "exit":
-                raise Retired()
+                raise Retired(body)
             self._generation, rank, size, entries = body
             spec = basics.RankSpec(rank, size, list(entries), self._secret, host=self.host, fields=self._fields)
             try:
@@ -418,80 +465,225 @@ class Member:
         """Reports this task's outcome to the coordinator."""
         send_message(self._connection, ("done", (ok, payload)))
 
+    def verdict(self):
+        """The job's verdict, once the coordinator has it; None when the connection closed first."""
+        from horovod_rs.common.exceptions import HorovodInternalError
+
+        try:
+            kind, body = self._next_message()
+        except HorovodInternalError:
+            return None
+        return body if kind == "exit" else None
+
     def close(self):
         self._connection.close()
 
 
 def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit, env,
             output_options):
-    """Runs the cloudpickled ``(fn, args, kwargs)`` as an elastic job on ``spark`` (a classic
-    session); returns the results of the last world's ranks in rank order and the size of every
-    world it formed."""
+    """Runs the cloudpickled ``(fn, args, kwargs)`` as an elastic job on ``spark`` (classic or
+    Connect); returns the results of the last world's ranks in rank order and the size of every
+    world it formed. ``spark.horovod.rs.driverRendezvous`` places the coordinator as it places
+    the ranks' rendezvous: ``true``, on the driver; ``false``, in the cluster; ``auto``, on the
+    driver of a classic session."""
     import secrets
 
     from horovod_rs.spark.common import session
-    from horovod_rs.spark.common.job import HorovodRunError, JobSettings, await_slots, spark_failure_text
+    from horovod_rs.spark.common.job import JobSettings, await_slots
     from horovod_rs.spark.common.output import OutputServer
 
-    pa = session.require_pyarrow("horovod_rs.spark.run_elastic")
-
+    session.require_pyarrow("horovod_rs.spark.run_elastic")
     settings = JobSettings(spark, env)
     start_timeout = settings.start_timeout if start_timeout is None else start_timeout
     await_slots(spark, min_np, start_timeout)
     token, output_token, secret = secrets.token_hex(16), secrets.token_hex(16), secrets.token_bytes(32)
+    config = dict(token=token, num_proc=num_proc, min_np=min_np, max_np=max_np, start_timeout=start_timeout,
+                  elastic_timeout=elastic_timeout, reset_limit=reset_limit)
     here = session.executors_reach_this_process_at(spark)
-    coordinator = Coordinator(token, num_proc, min_np, max_np, start_timeout, elastic_timeout, reset_limit)
     output = OutputServer(output_token, **output_options)
-    task = _Task("%s:%d" % (here, coordinator.port), token, "%s:%d" % (here, output.port), output_token,
-                 secret, settings.spec, env, payload)
-
-    def slot_rows(batches):
-        yield pa.RecordBatch.from_pydict({"slot": [task.run()]}, schema=pa.schema([("slot", pa.int32())]))
-
-    tag = "horovod_rs.spark.run_elastic [%s]" % secrets.token_hex(6)
-    stage = spark.range(0, max_np, 1, max_np).mapInArrow(slot_rows, "slot int")
-    spark_failure = []
-
-    def collect():
-        try:
-            with session.tagged(spark, tag):
-                stage.collect()
-        except Exception as e:  # noqa: BLE001  (reported by the wait below, unless the job is over)
-            spark_failure.append(e)
-
-    thread = threading.Thread(target=collect, name="horovod_rs-elastic-stage", daemon=True)
-    thread.start()
-
-    def spark_gave_up():
-        if spark_failure:
-            return ElasticJobError("Spark ended the elastic job's stage:\n%s" % spark_failure_text(spark_failure[0]))
-        return None
-
+    stage = _Stage(spark, max_np, output, dict(token=token, output_address="%s:%d" % (here, output.port),
+                                                output_token=output_token, secret=secret, fields=settings.spec,
+                                                env=env, payload=payload))
     try:
-        outcomes = coordinator.wait(spark_gave_up)
+        if settings.driver_rendezvous == "on" or (settings.driver_rendezvous == "auto"
+                                                  and not session.is_connect(spark)):
+            return _coordinated_here(stage, config, here)
+        return _coordinated_in_cluster(stage, config, session.driver_host(spark))
+    finally:
+        output.close()
+
+
+def _coordinated_here(stage, config, here):
+    """The job with its coordinator in this process (the driver): its results and worlds."""
+    import cloudpickle
+
+    from horovod_rs.spark.common.job import HorovodRunError
+
+    coordinator = Coordinator(**config)
+    stage.start("%s:%d" % (here, coordinator.port), verdicts=False)
+    try:
+        outcomes = coordinator.wait(stage.failure)
     except ElasticJobError as e:
         raise HorovodRunError(str(e)) from None
     finally:
         coordinator.close()
-        session.interrupt(spark, tag)  # tasks Spark still retries or schedules
-        thread.join(timeout=30)
-        output.close()
+        stage.stop()
+    return [cloudpickle.loads(result) for _, result in outcomes], list(coordinator.worlds)
+
+
+def _coordinated_in_cluster(stage, config, driver_host):
+    """The job with its coordinator in a process on an executor (started by a one-task job): its
+    results and worlds, from the verdict the tasks return."""
     import cloudpickle
 
-    return [cloudpickle.loads(result) for _, result in outcomes], list(coordinator.worlds)
+    from horovod_rs.spark.common.job import HorovodRunError
+
+    spark = stage.spark
+    started = spark.range(0, 1, 1, 1).mapInArrow(_starting_coordinator(config, driver_host), "address string")
+    address = started.collect()[0]["address"]
+    stage.start(address, verdicts=True)
+    rows = stage.wait()
+    verdict = next((pickle.loads(row["verdict"]) for row in rows if row["verdict"] is not None), None)
+    if verdict is None:
+        unreachable = sorted({row["unreachable"] for row in rows if row["unreachable"]})
+        raise HorovodRunError(
+            "no task of the elastic job heard a verdict from its coordinator (at %s, on an executor): %s"
+            % (address, "; ".join(unreachable) if unreachable else "it was lost (its executor's host went away?)"))
+    if verdict[0] == "error":
+        raise HorovodRunError(verdict[1])
+    results, worlds = verdict[1], verdict[2]
+    return [cloudpickle.loads(result) for result in results], worlds
+
+
+class _Stage:
+    """The elastic stage: ``max_np`` tasks, one per slot, run in a thread of the driver (or the
+    Connect client) and cancelled by their tag."""
+
+    def __init__(self, spark, max_np, output, task_options):
+        import secrets
+
+        self.spark, self._max_np, self._output, self._task_options = spark, max_np, output, task_options
+        self._tag = "horovod_rs.spark.run_elastic [%s]" % secrets.token_hex(6)
+        self._rows, self._failure, self._thread = None, None, None
+
+    def start(self, coordinator, verdicts):
+        import threading
+
+        from horovod_rs.spark.common import session
+
+        task = _Task(coordinator, verdicts=verdicts, **self._task_options)
+        pa = session.require_pyarrow("horovod_rs.spark.run_elastic")
+        schema = pa.schema([("slot", pa.int32()), ("output", pa.string()), ("verdict", pa.binary()),
+                            ("unreachable", pa.string())])
+
+        def task_rows(batches):
+            yield pa.RecordBatch.from_pylist([task.run()], schema=schema)
+
+        stage = self.spark.range(0, self._max_np, 1, self._max_np).mapInArrow(task_rows, TASK_SCHEMA)
+
+        def collect():
+            try:
+                with session.tagged(self.spark, self._tag):
+                    self._rows = stage.collect()
+            except Exception as e:  # noqa: BLE001  (reported by failure(), unless the job is over)
+                self._failure = e
+
+        self._thread = threading.Thread(target=collect, name="horovod_rs-elastic-stage", daemon=True)
+        self._thread.start()
+
+    def failure(self):
+        """An ``ElasticJobError`` once Spark ended the stage with an error, else None."""
+        from horovod_rs.spark.common.job import spark_failure_text
+
+        if self._failure is None:
+            return None
+        return ElasticJobError("Spark ended the elastic job's stage:\n%s" % spark_failure_text(self._failure))
+
+    def wait(self):
+        """The stage's rows once every task returned (the output the client did not get live
+        printed); a ``HorovodRunError`` when Spark ended the stage. Ctrl-C cancels it."""
+        from horovod_rs.spark.common.job import HorovodRunError
+        from horovod_rs.spark.common.output import replay
+
+        try:
+            while self._thread.is_alive():
+                self._thread.join(POLL_S)
+        finally:
+            self.stop()
+        if self._failure is not None:
+            raise HorovodRunError(str(self.failure())) from None
+        for row in self._rows:
+            if row["output"]:
+                replay(self._output, row["slot"], row["output"])
+        return self._rows
+
+    def stop(self):
+        """Cancels what is left of the stage (tasks Spark still retries or schedules)."""
+        from horovod_rs.spark.common import session
+
+        session.interrupt(self.spark, self._tag)
+        self._thread.join(timeout=30)
+
+
+def _starting_coordinator(config, driver_host):
+    """The one-task job's function: starts the coordinator in a process of its own (which outlives
+    the task and its Python worker) and returns the address the executors reach it at."""
+
+    def start(batches):
+        import subprocess
+        import sys
+
+        import pyarrow as pa
+
+        from horovod_rs.spark.common import session
+
+        process = subprocess.Popen([sys.executable, "-m", "horovod_rs.spark.common.elastic_job"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        process.stdin.write(json.dumps(config).encode())
+        process.stdin.close()
+        first = process.stdout.readline().decode()
+        if not first.startswith("port "):
+            raise RuntimeError("the elastic job's coordinator did not start on this executor:\n%s%s"
+                               % (first, process.stdout.read().decode()))
+        process.stdout.close()
+        address = "%s:%d" % (session.address_toward(driver_host), int(first.split()[1]))
+        yield pa.RecordBatch.from_pydict({"address": [address]})
+
+    return start
+
+
+def _serve_in_cluster():
+    """The coordinator's own process (``python -m horovod_rs.spark.common.elastic_job``): reads its
+    settings from stdin, prints its port, and serves the job until its verdict has gone out."""
+    import os
+    import sys
+
+    coordinator = Coordinator(verdicts=True, **json.load(sys.stdin))
+    print("port %d" % coordinator.port, flush=True)
+    quiet = os.open(os.devnull, os.O_RDWR)
+    for stream in (0, 1, 2):
+        os.dup2(quiet, stream)  # the task that started this process no longer reads its pipe
+    try:
+        coordinator.wait()
+    except ElasticJobError:
+        pass  # the verdict the tasks take back
+    coordinator.linger()
+    coordinator.close()
 
 
 class _Task:
     """What each task of an elastic job runs (shipped in the task's closure): it joins the
-    coordinator, runs ``fn`` as a member of the worlds it is given, and reports the outcome."""
+    coordinator, runs ``fn`` as a member of the worlds it is given, reports the outcome and, when
+    the tasks carry it, waits for the job's verdict."""
 
-    def __init__(self, coordinator, token, output_address, output_token, secret, fields, env, payload):
-        self.coordinator, self.token = coordinator, token
+    def __init__(self, coordinator, token, output_address, output_token, secret, fields, env, payload, verdicts):
+        self.coordinator, self.token, self.verdicts = coordinator, token, verdicts
         self.output_address, self.output_token = output_address, output_token
         self.secret, self.fields, self.env, self.payload = secret, fields, env, payload
 
     def run(self):
-        """Runs the task's part; returns its slot."""
+        """Runs the task's part; returns its row (``TASK_SCHEMA``) as a dict."""
         import cloudpickle
         from pyspark import TaskContext
 
@@ -501,22 +693,40 @@ class _Task:
 
         context = TaskContext.get()
         slot = context.partitionId()
-        member = Member(self.coordinator, self.token, slot, context.attemptNumber(), self.secret, self.fields, self.env)
+        row = dict(slot=slot, output=None, verdict=None, unreachable=None)
         try:
-            with forward_output(self.output_address, self.output_token, slot), environment(self.env):
+            member = Member(self.coordinator, self.token, slot, context.attemptNumber(), self.secret, self.fields,
+                            self.env)
+        except OSError as e:
+            # Spark started this task after the coordinator left (the job had ended), or the
+            # coordinator cannot be reached at all: the client tells which from every task's row.
+            row["unreachable"] = "slot %d could not reach it: %s" % (slot, e)
+            return row
+        try:
+            output = forward_output(self.output_address, self.output_token, slot)
+            with output, environment(self.env):
                 error = None
                 try:
                     basics.join_elastic_task(member)
                     fn, args, kwargs = cloudpickle.loads(self.payload)
                     outcome = (True, cloudpickle.dumps(fn(*args, **kwargs)))
-                except Retired:
-                    return slot
+                except Retired as retired:
+                    outcome = None
+                    verdict = retired.verdict
                 except BaseException as e:  # noqa: BLE001  (the coordinator reports it)
                     error = e
                     outcome = (False, failure_payload(e))
                 finally:
                     basics.leave_task(error)
-            member.finish(*outcome)
-            return slot
+            if outcome is not None:
+                member.finish(*outcome)
+                verdict = member.verdict() if self.verdicts else None
+            row["output"] = output.undelivered() or None
+            row["verdict"] = pickle.dumps(verdict) if verdict is not None else None
+            return row
         finally:
             member.close()
+
+
+if __name__ == "__main__":
+    _serve_in_cluster()

@@ -136,17 +136,30 @@ def num_partitions(df):
     return df.rdd.getNumPartitions()
 
 
+def driver_host(spark):
+    """The Spark driver's host as this process knows it: a classic session's own driver host; under
+    Connect, the server's (the driver's, or a proxy in front of it)."""
+    if not is_connect(spark):
+        return conf(spark, "spark.driver.host")
+    host, _, _ = spark.client._builder.endpoint.rpartition(":")  # the server's "host:port"
+    return host.strip("[]")
+
+
 def executors_reach_this_process_at(spark):
     """The address the cluster's executors may reach this process at (for live output): the driver
     host of a classic session; under Connect, this client's address on its route to the server
     (which the cluster may or may not be able to reach)."""
     if not is_connect(spark):
         return conf(spark, "spark.driver.host")
-    host, _, port = spark.client._builder.endpoint.rpartition(":")  # the server's "host:port"
-    host, port = host.strip("[]"), int(port)
+    return address_toward(driver_host(spark))
+
+
+def address_toward(host):
+    """This machine's address on its route to ``host``: the one ``host``'s side of the network
+    reaches it at (this host's name's address when there is no route)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
-            probe.connect((host, port))  # no packet leaves: this only picks the route
+            probe.connect((host, 9))  # no packet leaves: this only picks the route
             return probe.getsockname()[0]
         except OSError:
             return socket.gethostbyname(socket.gethostname())
