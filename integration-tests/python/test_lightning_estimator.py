@@ -143,6 +143,16 @@ def test_plain_torch_module_trains_with_validation_fraction(spark, tmp_path):
     assert isinstance(model.getModel(), Plain)
 
 
+def test_accumulated_gradients_are_averaged_once_per_step(spark, tmp_path):
+    # Gradients computed twice before a step: the strategy reduces them after the closure, not from
+    # their hooks (which overlap backward when each is computed once per step).
+    net = Plain()
+    model = estimator(Store.create(str(tmp_path)), model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+                      loss=F.mse_loss, label_cols=["y"], validation=0.2, epochs=6,
+                      trainer_args={"accumulate_grad_batches": 2}).fit(data(spark))
+    assert float(model.getHistory()["val_loss"]) < 0.05, model.getHistory()
+
+
 def test_resumes_a_run_by_id(spark, tmp_path):
     df = spark.createDataFrame(data(spark, 400).collect())
     store = Store.create(str(tmp_path))

@@ -3,10 +3,13 @@ strategy, and horovod_rs is not torch.distributed).
 
 Each rank trains one copy of the model on one device. At setup the learning rates are multiplied
 by the number of ranks (as Horovod's strategy did) and rank 0's parameters and optimizer state
-are broadcast. Gradients are averaged in ``optimizer_step``: Lightning runs the training step
-and backward inside the step's closure, so the closure is wrapped to allreduce every gradient
-(one grouped allreduce) before the optimizer updates; gradient accumulation over several batches
-thus reduces once per step. ``reduce``, ``all_gather``, ``broadcast`` and ``barrier`` (used by
+are broadcast. Gradients are averaged as backward produces them, as Horovod's strategy did with
+``hvd.DistributedOptimizer``: each gradient's allreduce starts from its hook while backward goes
+on, and ``optimizer_step`` (Lightning runs the training step and backward inside the step's
+closure) waits for them after the closure, before the optimizer updates. Where a gradient may be
+computed more than once before a step (gradient accumulation, manual optimization, several
+optimizers), the closure is instead followed by one grouped allreduce of every gradient, so
+accumulated gradients reduce once per step. ``reduce``, ``all_gather``, ``broadcast`` and ``barrier`` (used by
 ``self.log(sync_dist=True)``, checkpoints and early stopping) run on horovod_rs too. Checkpoints
 hold the unscaled learning rate, so a run resumed with another number of ranks scales it again.
 
@@ -86,6 +89,22 @@ def strategy_class(package):
             hvd.broadcast_parameters(self.lightning_module.state_dict(), root_rank=0)
             for optimizer in self._plain_optimizers():
                 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            self._overlapping = self._overlapping_exchange(trainer)
+
+        def _overlapping_exchange(self, trainer):
+            """A ``hvd.DistributedOptimizer`` over the one optimizer's parameters, used only for its
+            gradient hooks and ``synchronize()``, when each gradient is computed once per step
+            (automatic optimization, one optimizer, no accumulation); else None."""
+            optimizers = self._plain_optimizers()
+            if (len(optimizers) != 1 or not self.lightning_module.automatic_optimization
+                    or trainer.accumulate_grad_batches != 1
+                    or any(isinstance(c, pl.callbacks.GradientAccumulationScheduler) for c in trainer.callbacks)):
+                return None
+            optimizer = optimizers[0]
+            params = {p for group in optimizer.param_groups for p in group["params"]}
+            named = [(name, p) for name, p in self.lightning_module.named_parameters() if p in params]
+            return hvd.DistributedOptimizer(optimizer, named_parameters=named if len(named) == len(params) else None,
+                                            compression=self._compression, op=hvd.Average)
 
         def _plain_optimizers(self):
             return [o._optimizer if isinstance(o, LightningOptimizer) else o for o in self.optimizers]
@@ -93,7 +112,10 @@ def strategy_class(package):
         def optimizer_step(self, optimizer, closure, model=None, **kwargs):
             def closure_then_average():
                 result = closure()
-                self._average_gradients(optimizer)
+                if getattr(self, "_overlapping", None) is not None:
+                    self._overlapping.synchronize()
+                else:
+                    self._average_gradients(optimizer)
                 return result
 
             return super().optimizer_step(optimizer, closure_then_average, model, **kwargs)
