@@ -102,7 +102,15 @@ def test_fits_learns_and_transforms(spark, tmp_path, mlflow_run, capsys):
     optimizer = model.getOptimizer()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
     assert all(p is q for p, q in zip(optimizer.param_groups[0]["params"], model.getModel().parameters()))
-    assert store.exists(store.get_logs_path(model.getRunId()))  # TensorBoard events
+    assert store.exists(store.get_logs_path(model.getRunId()))
+    # TensorBoard's events, written without TensorFlow (its stub): each epoch's loss, as TensorBoard reads it.
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    events = EventMultiplexer().AddRunsFromDirectory(store.get_logs_path(model.getRunId()))
+    events.Reload()
+    losses = [scalar for run in events.Runs() for scalar in events.Scalars(run, "train/loss")]
+    assert [scalar.step for scalar in losses] == [0, 1, 2]
+    assert [scalar.value for scalar in losses] == pytest.approx([h["train"]["loss"] for h in history])
     # MLflow's run, active on the driver: the params, each epoch's metrics (step: the epoch), the model.
     import mlflow
 

@@ -423,6 +423,9 @@ def _write_metrics_summary_fn():
 
 def _summary_writer(logs_dir, verbose):
     """TensorBoard's writer for rank 0, or None without the tensorboard package."""
+    from horovod_rs.spark.common.frameworks import tensorboard_without_tensorflow
+
+    tensorboard_without_tensorflow()
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
