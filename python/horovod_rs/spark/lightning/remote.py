@@ -243,9 +243,6 @@ def _terminate_on_nan(pl):
 
 def _logger(pl, s, logs_dir, verbose):
     """The user's logger writing into the run's logs, else TensorBoard's when installed, else none."""
-    from horovod_rs.spark.common.frameworks import tensorboard_without_tensorflow
-
-    tensorboard_without_tensorflow()
     logger = cloudpickle.loads(s.logger)
     if logger is not None:
         if hasattr(logger, "_root_dir"):

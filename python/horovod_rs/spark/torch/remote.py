@@ -422,14 +422,13 @@ def _write_metrics_summary_fn():
 
 
 def _summary_writer(logs_dir, verbose):
-    """TensorBoard's writer for rank 0, or None without the tensorboard package."""
-    from horovod_rs.spark.common.frameworks import tensorboard_without_tensorflow
+    """TensorBoard's event file for rank 0's metrics, or None without the tensorboard package."""
+    import importlib.util
 
-    tensorboard_without_tensorflow()
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
+    if importlib.util.find_spec("tensorboard") is None:
         if verbose:
             print("horovod_rs: no TensorBoard logs in the store (pip install tensorboard to have them)")
         return None
-    return SummaryWriter(logs_dir)
+    from horovod_rs.spark.common.scalar_log import ScalarLog
+
+    return ScalarLog(logs_dir)
