@@ -18,8 +18,12 @@
 //!   sockets and threads the job added, per rank (`/proc/self/fd`,
 //!   `/proc/self/task`).
 //!
+//! * `small_broadcast`: a TCP mesh of threads broadcasting one float32, the
+//!   median over the ranks of their mean time per broadcast: mostly the
+//!   header check every collective opens with and the chain's hops.
+//!
 //! Usage: `horovod-bench-scale` (everything), or with any of `negotiation`,
-//! `service`, `join` to run only those.
+//! `service`, `join`, `broadcast` to run only those.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, ExitCode, Stdio};
@@ -30,13 +34,16 @@ use std::time::{Duration, Instant};
 use horovod_core::engine::{CycleCost, SimulatedJob};
 use horovod_core::launch::join_json;
 use horovod_core::{
-    exchange_entries, DataType, EngineConfig, Operation, ReduceOp, RendezvousService, Request,
+    connect, exchange_entries, CommConfig, DataType, EngineConfig, Listener, Operation, ReduceOp,
+    RendezvousService, Request, TransportPolicy,
 };
 
 const SECRET: &[u8] = b"horovod-bench-scale";
 const NEGOTIATION_RANKS: [usize; 4] = [64, 256, 1024, 4096];
 const SERVICE_RANKS: usize = 1024;
 const JOIN_RANKS: [usize; 5] = [2, 4, 8, 16, 32];
+const BROADCAST_RANKS: [usize; 5] = [4, 8, 16, 32, 64];
+const BROADCASTS: usize = 200;
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// Cold steps (each a fresh job) and steady steps measured per size; the
 /// median is reported.
@@ -72,7 +79,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &[String]) -> Result<(), String> {
-    const PARTS: [&str; 3] = ["negotiation", "service", "join"];
+    const PARTS: [&str; 4] = ["negotiation", "service", "join", "broadcast"];
     if let Some(unknown) = args.iter().find(|a| !PARTS.contains(&a.as_str())) {
         return Err(format!("unknown part {unknown:?}; the parts are {PARTS:?}"));
     }
@@ -88,6 +95,11 @@ fn run(args: &[String]) -> Result<(), String> {
     if wanted("join") {
         for ranks in JOIN_RANKS {
             join(ranks)?;
+        }
+    }
+    if wanted("broadcast") {
+        for ranks in BROADCAST_RANKS {
+            small_broadcast(ranks)?;
         }
     }
     Ok(())
@@ -439,5 +451,43 @@ fn join(ranks: usize) -> Result<(), String> {
         (tasks - ranks) as f64 / ranks as f64,
         "threads",
     );
+    Ok(())
+}
+
+fn small_broadcast(ranks: usize) -> Result<(), String> {
+    let listeners = (0..ranks)
+        .map(|_| Listener::bind("127.0.0.1:0").map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let addresses: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("127.0.0.1:{}", l.port()))
+        .collect();
+    let config = CommConfig {
+        transport: TransportPolicy::Tcp,
+        ..CommConfig::default()
+    };
+    let threads: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let (addresses, config) = (addresses.clone(), config.clone());
+            thread::spawn(move || -> Result<f64, String> {
+                let mut comm = connect(listener, rank, &addresses, SECRET, &config)
+                    .map_err(|e| format!("rank {rank}: {e}"))?;
+                let mut value = [rank as f32];
+                comm.broadcast(&mut value, 0).map_err(|e| e.to_string())?; // links warm
+                let started = Instant::now();
+                for _ in 0..BROADCASTS {
+                    comm.broadcast(&mut value, 0).map_err(|e| e.to_string())?;
+                }
+                Ok(micros(started.elapsed()) / BROADCASTS as f64)
+            })
+        })
+        .collect();
+    let mut per_rank = Vec::with_capacity(ranks);
+    for thread in threads {
+        per_rank.push(thread.join().map_err(|_| "a rank panicked")??);
+    }
+    row("small_broadcast", ranks, median(per_rank), "us");
     Ok(())
 }

@@ -25,7 +25,7 @@ use crate::reduce::{type_name, ReduceOp};
 /// First bytes of every hello.
 pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
 /// Version of this protocol; any change to the bytes exchanged bumps it.
-pub(crate) const PROTOCOL_VERSION: u16 = 7;
+pub(crate) const PROTOCOL_VERSION: u16 = 8;
 /// Magic plus version: the part of the hello every version shares.
 pub(crate) const PREFIX_LEN: usize = 10;
 /// Length of a whole hello of this version.
@@ -174,10 +174,12 @@ pub(crate) enum Kind {
     /// The engine's control plane (`collectives::control`).
     Gather,
     BitwiseAnd,
+    /// The header check of a large job's collectives (`collectives::agree`).
+    Agree,
 }
 
 impl Kind {
-    const ALL: [Kind; 9] = [
+    const ALL: [Kind; 10] = [
         Kind::Allreduce,
         Kind::Barrier,
         Kind::Allgather,
@@ -187,6 +189,7 @@ impl Kind {
         Kind::GroupedAllreduce,
         Kind::Gather,
         Kind::BitwiseAnd,
+        Kind::Agree,
     ];
 
     fn code(self) -> u8 {
@@ -200,6 +203,7 @@ impl Kind {
             Kind::GroupedAllreduce => 7,
             Kind::Gather => 8,
             Kind::BitwiseAnd => 9,
+            Kind::Agree => 10,
         }
     }
 
@@ -215,6 +219,7 @@ impl Kind {
             Kind::GroupedAllreduce => "grouped allreduce",
             Kind::Gather => "gather",
             Kind::BitwiseAnd => "bitwise and",
+            Kind::Agree => "header check",
         }
     }
 }
@@ -317,6 +322,7 @@ impl Header {
                 format!("{} of {}", kind.name(), dtype())
             }
             Some(Kind::BitwiseAnd) => format!("bitwise and of {} 64-bit words", self.count),
+            Some(Kind::Agree) => "a collective's header check".to_string(),
             Some(Kind::Broadcast) => format!(
                 "broadcast of {} {} from rank {}",
                 self.count,

@@ -48,71 +48,86 @@ impl Communicator {
     }
 
     /// Replaces `words` with the bitwise AND of every rank's `words` (the
-    /// same length on every rank).
-    ///
-    /// Ranks from the largest power of two `p <= size` up first fold their
-    /// words into rank `r - p`; the first `p` ranks then exchange and AND
-    /// with the rank `2^k` apart in round `k`; the folded ranks get the
-    /// result back last.
+    /// same length on every rank), by recursive doubling.
     pub(crate) fn bitwise_and(&mut self, words: &mut [u64]) -> Result<()> {
         const KIND: Kind = Kind::BitwiseAnd;
         self.collective(|comm, seq| {
             let header = Header::new(seq, KIND, 0, None, words.len(), 0);
-            let (n, r) = (comm.size(), comm.rank());
-            let p = 1usize << n.ilog2();
-            let message = |words: &[u64]| {
-                let mut bytes = header.encode().to_vec();
-                bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
-                bytes
-            };
-            let mut theirs = vec![0u8; HEADER_LEN + 8 * words.len()];
-            if r >= p {
-                let partner = comm.link(r - p)?;
-                partner.send(&message(words), KIND.name())?;
-                partner.recv(&mut theirs, KIND.name())?;
-                for (word, result) in words.iter_mut().zip(words_of(partner, &theirs, &header)?) {
-                    *word = result;
-                }
-                return Ok(());
-            }
-            let folded = (r + p < n).then(|| comm.link(r + p)).transpose()?;
-            if let Some(extra) = folded {
-                extra.recv(&mut theirs, KIND.name())?;
-                for (word, other) in words.iter_mut().zip(words_of(extra, &theirs, &header)?) {
-                    *word &= other;
-                }
-            }
-            let mut distance = 1;
-            while distance < p {
-                let peer = comm.link(r ^ distance)?;
-                send_recv(peer, &message(words), peer, &mut theirs, KIND)?;
-                for (word, other) in words.iter_mut().zip(words_of(peer, &theirs, &header)?) {
-                    *word &= other;
-                }
-                distance *= 2;
-            }
-            if let Some(extra) = folded {
-                extra.send(&message(words), KIND.name())?;
-            }
-            Ok(())
+            comm.recursive_doubling(
+                KIND,
+                &header,
+                words,
+                8 * words.len(),
+                |words| words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                |words, theirs| {
+                    for (word, bytes) in words.iter_mut().zip(theirs.chunks_exact(8)) {
+                        *word &= u64_at(bytes, 0);
+                    }
+                    Ok(())
+                },
+            )
         })
     }
-}
 
-/// The words of a peer's `message` (its header, then little-endian u64s),
-/// once its header is checked against `ours`.
-fn words_of<'a>(
-    from: &Link,
-    message: &'a [u8],
-    ours: &Header,
-) -> Result<impl Iterator<Item = u64> + 'a> {
-    let (head, body) = message.split_at(HEADER_LEN);
-    check_header(
-        from.rank(),
-        head.try_into().expect("a header's length"),
-        ours,
-    )?;
-    Ok(body.chunks_exact(8).map(|bytes| u64_at(bytes, 0)))
+    /// Merges every rank's `state` into every rank's, talking to ⌈log2 N⌉ + 1
+    /// peers. Ranks from the largest power of two `p <= size` up first fold
+    /// theirs into rank `r - p`; the first `p` ranks then exchange with the
+    /// rank `2^k` apart in round `k`, each merging what it received; the
+    /// folded ranks get the result back last. A message is `header` (checked
+    /// on receipt) and `encode(state)`, `len` bytes on every rank; `merge`
+    /// must be commutative and idempotent (partners must end alike, and a
+    /// folded rank merges a result that holds its own part).
+    pub(crate) fn recursive_doubling<S: ?Sized>(
+        &self,
+        kind: Kind,
+        header: &Header,
+        state: &mut S,
+        len: usize,
+        encode: impl Fn(&S) -> Vec<u8>,
+        merge: impl Fn(&mut S, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let during = kind.name();
+        let (n, r) = (self.size(), self.rank());
+        let p = 1usize << n.ilog2();
+        let message = |state: &S| {
+            let mut bytes = header.encode().to_vec();
+            bytes.extend(encode(state));
+            debug_assert_eq!(bytes.len(), HEADER_LEN + len);
+            bytes
+        };
+        let merge_from = |from: &Link, theirs: &[u8], state: &mut S| {
+            let (head, body) = theirs.split_at(HEADER_LEN);
+            check_header(
+                from.rank(),
+                head.try_into().expect("a header's length"),
+                header,
+            )?;
+            merge(state, body)
+        };
+        let mut theirs = vec![0u8; HEADER_LEN + len];
+        if r >= p {
+            let partner = self.link(r - p)?;
+            partner.send(&message(state), during)?;
+            partner.recv(&mut theirs, during)?;
+            return merge_from(partner, &theirs, state);
+        }
+        let folded = (r + p < n).then(|| self.link(r + p)).transpose()?;
+        if let Some(extra) = folded {
+            extra.recv(&mut theirs, during)?;
+            merge_from(extra, &theirs, state)?;
+        }
+        let mut distance = 1;
+        while distance < p {
+            let peer = self.link(r ^ distance)?;
+            send_recv(peer, &message(state), peer, &mut theirs, kind)?;
+            merge_from(peer, &theirs, state)?;
+            distance *= 2;
+        }
+        if let Some(extra) = folded {
+            extra.send(&message(state), during)?;
+        }
+        Ok(())
+    }
 }
 
 /// Sends `header`, then the blocks: their total length, then each block's
@@ -173,50 +188,8 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::on_mesh;
     use super::*;
-    use crate::config::{CommConfig, TransportPolicy};
-    use crate::rendezvous::{connect, Listener};
-    use std::sync::mpsc;
-    use std::thread;
-    use std::time::Duration;
-
-    /// Runs `body` on every rank of a fresh `size`-rank TCP mesh (threads of
-    /// this process); returns each rank's result in rank order.
-    fn on_mesh<R: Send + 'static>(
-        size: usize,
-        body: impl Fn(usize, &mut Communicator) -> Result<R> + Send + Sync + Clone + 'static,
-    ) -> Vec<Result<R>> {
-        let listeners: Vec<Listener> = (0..size)
-            .map(|_| Listener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let addresses: Vec<String> = listeners
-            .iter()
-            .map(|l| format!("127.0.0.1:{}", l.port()))
-            .collect();
-        let config = CommConfig {
-            connect_timeout: Duration::from_secs(30),
-            io_timeout: Duration::from_secs(30),
-            transport: TransportPolicy::Tcp,
-            ..CommConfig::default()
-        };
-        let (tx, rx) = mpsc::channel();
-        for (rank, listener) in listeners.into_iter().enumerate() {
-            let (addresses, config, tx, body) =
-                (addresses.clone(), config.clone(), tx.clone(), body.clone());
-            thread::spawn(move || {
-                let result = connect(listener, rank, &addresses, b"secret", &config)
-                    .and_then(|mut comm| body(rank, &mut comm));
-                let _ = tx.send((rank, result));
-            });
-        }
-        drop(tx);
-        let mut results: Vec<Option<Result<R>>> = (0..size).map(|_| None).collect();
-        for _ in 0..size {
-            let (rank, result) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-            results[rank] = Some(result);
-        }
-        results.into_iter().map(Option::unwrap).collect()
-    }
 
     /// Rank r's block: r bytes of value r (rank 0's is empty), plus a large
     /// one on the last rank, whose bytes cross the most hops.

@@ -3,8 +3,8 @@
 //! scale factors, compression or untyped bytes. One module per collective,
 //! each an `impl Communicator` block.
 //!
-//! Every collective here opens with [`Communicator::agree`]: each rank sends
-//! its header to every other rank and reads every other rank's header before
+//! Every collective here opens with [`Communicator::agree`] (`agreement`):
+//! every rank learns every other rank's header, or enough of them, before
 //! comparing, so ranks that call different collectives, element types,
 //! lengths, operations or roots all fail with `Mismatch` naming a rank that
 //! disagrees — every rank, not only the neighbours of the odd one out, and
@@ -17,6 +17,7 @@
 //! [`INLINE_SEND_MAX`] runs on its own thread, concurrently with the
 //! receive, so no cycle of blocked writers can form.
 
+mod agreement;
 mod allgather;
 mod alltoall;
 mod broadcast;
@@ -32,7 +33,7 @@ use std::thread;
 use crate::communicator::Communicator;
 use crate::error::{Error, FirstError, Result};
 use crate::link::Link;
-use crate::wire::{Header, Kind, HEADER_LEN};
+use crate::wire::Kind;
 
 /// Messages up to this many bytes are written before receiving, on the
 /// calling thread: far below any TCP buffer, so such a write never blocks.
@@ -57,28 +58,6 @@ impl Communicator {
     pub(crate) fn refuse<R>(&mut self, message: String) -> Result<R> {
         self.check_usable()?;
         self.settle(Err(Error::InvalidArgument(message)))
-    }
-
-    /// Sends `ours` to every peer, reads every peer's header, and fails with
-    /// `Mismatch` naming the lowest rank whose header differs.
-    pub(crate) fn agree(&self, ours: &Header, kind: Kind) -> Result<()> {
-        let theirs = self.exchange_small(|_| ours.encode().to_vec(), HEADER_LEN, kind)?;
-        for (rank, bytes) in theirs.iter().enumerate() {
-            let mut fixed = [0u8; HEADER_LEN];
-            fixed.copy_from_slice(bytes);
-            let header = Header::decode(&fixed);
-            if rank != self.rank() && header != *ours {
-                return Err(Error::Mismatch {
-                    rank,
-                    detail: format!(
-                        "it called {} while this rank called {}",
-                        header.describe(),
-                        ours.describe()
-                    ),
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Sends `message(peer)` (exactly `len` bytes, at most
@@ -185,6 +164,50 @@ pub(crate) fn blocks(counts: &[usize]) -> Option<Vec<Range<usize>>> {
             Some(range)
         })
         .collect()
+}
+
+/// Runs `body` on every rank of a fresh `size`-rank TCP mesh (threads of this
+/// process) for the collectives' tests; returns each rank's result in rank order.
+#[cfg(test)]
+pub(crate) fn on_mesh<R: Send + 'static>(
+    size: usize,
+    body: impl Fn(usize, &mut Communicator) -> Result<R> + Send + Sync + Clone + 'static,
+) -> Vec<Result<R>> {
+    use crate::config::{CommConfig, TransportPolicy};
+    use crate::rendezvous::{connect, Listener};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let listeners: Vec<Listener> = (0..size)
+        .map(|_| Listener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addresses: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("127.0.0.1:{}", l.port()))
+        .collect();
+    let config = CommConfig {
+        connect_timeout: Duration::from_secs(30),
+        io_timeout: Duration::from_secs(30),
+        transport: TransportPolicy::Tcp,
+        ..CommConfig::default()
+    };
+    let (tx, rx) = mpsc::channel();
+    for (rank, listener) in listeners.into_iter().enumerate() {
+        let (addresses, config, tx, body) =
+            (addresses.clone(), config.clone(), tx.clone(), body.clone());
+        thread::spawn(move || {
+            let result = connect(listener, rank, &addresses, b"secret", &config)
+                .and_then(|mut comm| body(rank, &mut comm));
+            let _ = tx.send((rank, result));
+        });
+    }
+    drop(tx);
+    let mut results: Vec<Option<Result<R>>> = (0..size).map(|_| None).collect();
+    for _ in 0..size {
+        let (rank, result) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        results[rank] = Some(result);
+    }
+    results.into_iter().map(Option::unwrap).collect()
 }
 
 #[cfg(test)]
