@@ -18,9 +18,11 @@
 //!   sockets and threads the job added, per rank (`/proc/self/fd`,
 //!   `/proc/self/task`).
 //!
-//! * `small_broadcast`: a TCP mesh of threads broadcasting one float32, the
-//!   median over the ranks of their mean time per broadcast: mostly the
-//!   header check every collective opens with and the chain's hops.
+//! * `small_broadcast`, `small_allgather`: a TCP mesh of threads
+//!   broadcasting one float32 (allgathering one from each rank), the median
+//!   over the ranks of their mean time per collective: mostly the header
+//!   check every collective opens with (and the allgather's exchange of
+//!   counts), then the chain's or the ring's hops.
 //!
 //! Usage: `horovod-bench-scale` (everything), or with any of `negotiation`,
 //! `service`, `join`, `broadcast` to run only those.
@@ -99,7 +101,7 @@ fn run(args: &[String]) -> Result<(), String> {
     }
     if wanted("broadcast") {
         for ranks in BROADCAST_RANKS {
-            small_broadcast(ranks)?;
+            small_collectives(ranks)?;
         }
     }
     Ok(())
@@ -454,7 +456,7 @@ fn join(ranks: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn small_broadcast(ranks: usize) -> Result<(), String> {
+fn small_collectives(ranks: usize) -> Result<(), String> {
     let listeners = (0..ranks)
         .map(|_| Listener::bind("127.0.0.1:0").map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
@@ -471,7 +473,7 @@ fn small_broadcast(ranks: usize) -> Result<(), String> {
         .enumerate()
         .map(|(rank, listener)| {
             let (addresses, config) = (addresses.clone(), config.clone());
-            thread::spawn(move || -> Result<f64, String> {
+            thread::spawn(move || -> Result<(f64, f64), String> {
                 let mut comm = connect(listener, rank, &addresses, SECRET, &config)
                     .map_err(|e| format!("rank {rank}: {e}"))?;
                 let mut value = [rank as f32];
@@ -480,14 +482,22 @@ fn small_broadcast(ranks: usize) -> Result<(), String> {
                 for _ in 0..BROADCASTS {
                     comm.broadcast(&mut value, 0).map_err(|e| e.to_string())?;
                 }
-                Ok(micros(started.elapsed()) / BROADCASTS as f64)
+                let broadcast = micros(started.elapsed()) / BROADCASTS as f64;
+                let started = Instant::now();
+                for _ in 0..BROADCASTS {
+                    comm.allgather(&value).map_err(|e| e.to_string())?;
+                }
+                Ok((broadcast, micros(started.elapsed()) / BROADCASTS as f64))
             })
         })
         .collect();
-    let mut per_rank = Vec::with_capacity(ranks);
+    let (mut broadcasts, mut allgathers) = (Vec::new(), Vec::new());
     for thread in threads {
-        per_rank.push(thread.join().map_err(|_| "a rank panicked")??);
+        let (broadcast, allgather) = thread.join().map_err(|_| "a rank panicked")??;
+        broadcasts.push(broadcast);
+        allgathers.push(allgather);
     }
-    row("small_broadcast", ranks, median(per_rank), "us");
+    row("small_broadcast", ranks, median(broadcasts), "us");
+    row("small_allgather", ranks, median(allgathers), "us");
     Ok(())
 }

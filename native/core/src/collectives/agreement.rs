@@ -9,13 +9,10 @@
 //! enough to name the same rank the direct check names: the lowest rank with
 //! its header, and the lowest rank whose header differs from that one.
 
+use super::DIRECT_MAX;
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::wire::{Header, Kind, HEADER_LEN};
-
-/// The largest job whose ranks check headers directly with every peer: one
-/// round of N - 1 small messages beats log2 N rounds there.
-const DIRECT_MAX: usize = 8;
 
 impl Communicator {
     /// Fails with `Mismatch` naming the lowest rank whose header differs from

@@ -2,7 +2,8 @@
 //! included) and every rank receives all blocks concatenated in rank order,
 //! as Horovod's allgather concatenates along the first dimension.
 //!
-//! After the header, ranks exchange their block lengths; the blocks then
+//! After the header, ranks exchange their block lengths (by recursive
+//! doubling beyond a few ranks: `Communicator::allgather_counts`); the blocks then
 //! travel around the ring: in step `s` rank `r` forwards block `r - s` to
 //! rank `r + 1` and receives block `r - s - 1` from rank `r - 1`, so after
 //! `size - 1` steps every rank holds every block, each copied byte for byte.
@@ -27,8 +28,9 @@ impl Communicator {
     /// type; otherwise as [`Communicator::allreduce`].
     pub fn allgather<T: Element>(&mut self, mine: &[T]) -> Result<(Vec<T>, Vec<usize>)> {
         self.collective(|comm, seq| {
-            comm.agree(&Header::new(seq, KIND, T::CODE, None, 0, 0), KIND)?;
-            let counts = comm.exchange_counts(|_| mine.len(), KIND)?;
+            let header = Header::new(seq, KIND, T::CODE, None, 0, 0);
+            comm.agree(&header, KIND)?;
+            let counts = comm.allgather_counts(mine.len(), &header, KIND)?;
             let ranges = blocks(&counts).ok_or_else(|| {
                 Error::InvalidArgument(format!("allgather of {counts:?} elements is too large"))
             })?;

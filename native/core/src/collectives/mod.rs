@@ -33,11 +33,19 @@ use std::thread;
 use crate::communicator::Communicator;
 use crate::error::{Error, FirstError, Result};
 use crate::link::Link;
-use crate::wire::Kind;
+use crate::wire::{Header, Kind};
 
 /// Messages up to this many bytes are written before receiving, on the
 /// calling thread: far below any TCP buffer, so such a write never blocks.
 const INLINE_SEND_MAX: usize = 4096;
+
+/// The largest job whose ranks exchange small messages (headers, counts)
+/// directly with every peer, one round of N - 1 messages; beyond, they take
+/// ⌈log2 N⌉ rounds of recursive doubling with one peer each.
+const DIRECT_MAX: usize = 8;
+
+/// An allgather count no rank has reported yet (no block has that length).
+const UNKNOWN_COUNT: u64 = u64::MAX;
 
 impl Communicator {
     /// Runs collective `body` with the next sequence number; on failure the
@@ -85,6 +93,53 @@ impl Communicator {
             }
         }
         Ok(received)
+    }
+
+    /// Every rank's `count` in rank order (an allgather's block lengths);
+    /// `header` is the collective's, checked on every message beyond
+    /// [`DIRECT_MAX`] ranks.
+    pub(crate) fn allgather_counts(
+        &self,
+        count: usize,
+        header: &Header,
+        kind: Kind,
+    ) -> Result<Vec<usize>> {
+        let n = self.size();
+        if n <= DIRECT_MAX {
+            return self.exchange_counts(|_| count, kind);
+        }
+        let mut known = vec![UNKNOWN_COUNT; n];
+        known[self.rank()] = count as u64;
+        self.recursive_doubling(
+            kind,
+            header,
+            known.as_mut_slice(),
+            8 * n,
+            |known| known.iter().flat_map(|c| c.to_le_bytes()).collect(),
+            |known, theirs| {
+                for (mine, bytes) in known.iter_mut().zip(theirs.chunks_exact(8)) {
+                    if *mine == UNKNOWN_COUNT {
+                        *mine = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        known
+            .into_iter()
+            .enumerate()
+            .map(|(peer, count)| {
+                usize::try_from(count)
+                    .ok()
+                    .filter(|_| count != UNKNOWN_COUNT)
+                    .ok_or_else(|| Error::ControlMessage {
+                        detail: format!(
+                            "no count of rank {peer} reached this rank during {}",
+                            kind.name()
+                        ),
+                    })
+            })
+            .collect()
     }
 
     /// Sends `u64` values, one per peer, and returns the one each peer sent
@@ -213,6 +268,24 @@ pub(crate) fn on_mesh<R: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_jobs_allgather_gathers_blocks_of_every_length() {
+        for size in [DIRECT_MAX, DIRECT_MAX + 1, DIRECT_MAX + 3] {
+            // Rank r contributes r elements of value r (rank 0 none).
+            let results = on_mesh(size, |rank, comm| comm.allgather(&vec![rank as i32; rank]));
+            let expected: Vec<i32> = (0..size).flat_map(|r| vec![r as i32; r]).collect();
+            for (rank, result) in results.into_iter().enumerate() {
+                let (gathered, counts) = result.unwrap();
+                assert_eq!(
+                    counts,
+                    (0..size).collect::<Vec<_>>(),
+                    "size {size} rank {rank}"
+                );
+                assert_eq!(gathered, expected, "size {size} rank {rank}");
+            }
+        }
+    }
 
     #[test]
     fn blocks_are_consecutive_and_overflow_is_caught() {
