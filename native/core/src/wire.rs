@@ -346,16 +346,21 @@ impl Header {
 pub(crate) fn check_header(from: usize, bytes: &[u8; HEADER_LEN], ours: &Header) -> Result<()> {
     let theirs = Header::decode(bytes);
     if theirs != *ours {
-        return Err(Error::Mismatch {
-            rank: from,
-            detail: format!(
-                "it called {} while this rank called {}",
-                theirs.describe(),
-                ours.describe()
-            ),
-        });
+        return Err(mismatch(from, &theirs, ours));
     }
     Ok(())
+}
+
+/// The error of a rank that called `theirs` where this one called `ours`.
+pub(crate) fn mismatch(rank: usize, theirs: &Header, ours: &Header) -> Error {
+    Error::Mismatch {
+        rank,
+        detail: format!(
+            "it called {} while this rank called {}",
+            theirs.describe(),
+            ours.describe()
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 use super::DIRECT_MAX;
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::wire::{Header, Kind, HEADER_LEN};
+use crate::wire::{mismatch, Header, Kind, HEADER_LEN};
 
 impl Communicator {
     /// Fails with `Mismatch` naming the lowest rank whose header differs from
@@ -59,17 +59,6 @@ impl Communicator {
         known
             .odd
             .map_or(Ok(()), |(rank, header)| Err(mismatch(rank, &header, ours)))
-    }
-}
-
-fn mismatch(rank: usize, theirs: &Header, ours: &Header) -> Error {
-    Error::Mismatch {
-        rank,
-        detail: format!(
-            "it called {} while this rank called {}",
-            theirs.describe(),
-            ours.describe()
-        ),
     }
 }
 

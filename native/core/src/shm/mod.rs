@@ -60,7 +60,7 @@ use crate::link::Link;
 use crate::partition::segment as part;
 use crate::reduce::{Element, ReduceOp};
 use crate::spin::{self, SpinBudget};
-use crate::wire::{Header, HEADER_LEN};
+use crate::wire::{mismatch, Header, HEADER_LEN};
 use copy::copy;
 use segment::Segment;
 
@@ -445,15 +445,4 @@ fn header_words(header: &Header) -> [u64; 3] {
         *word = u64::from_le_bytes(b);
     }
     words
-}
-
-fn mismatch(rank: usize, theirs: &Header, ours: &Header) -> Error {
-    Error::Mismatch {
-        rank,
-        detail: format!(
-            "it called {} while this rank called {}",
-            theirs.describe(),
-            ours.describe()
-        ),
-    }
 }
