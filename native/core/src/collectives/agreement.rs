@@ -34,7 +34,7 @@ impl Communicator {
         odd.map_or(Ok(()), |(rank, header)| Err(mismatch(rank, &header, ours)))
     }
 
-    pub(crate) fn agree_by_doubling(&self, ours: &Header) -> Result<()> {
+    fn agree_by_doubling(&self, ours: &Header) -> Result<()> {
         const KIND: Kind = Kind::Agree;
         let step = Header::new(ours.seq, KIND, 0, None, 0, 0);
         let mut known = Known {

@@ -27,8 +27,9 @@ new worlds a job forms after its first.
 Where the coordinator runs: on the driver when the driver is in the cluster (a classic session);
 else (a Spark Connect client, which the executors may not reach) in a process of its own on an
 executor, which a one-task job starts before the elastic stage and which outlives that task. The
-job's verdict (the results or the error) then travels back in the elastic stage's rows: the
-coordinator sends it to every task still connected, each returns it, and the coordinator exits
+job's verdict (which task holds each rank's result, or the error) then travels back in the
+elastic stage's rows: the coordinator sends it to every task still connected, each returns it with
+its own result, and the coordinator exits
 once no task has been connected for ``LINGER_S``. Its own timeouts bound its life when the
 client goes away.
 """
@@ -52,10 +53,10 @@ CONNECT_TIMEOUT_S = 30
 LINGER_S = 10
 # The most it stays after its verdict whatever its connections do.
 MAX_LINGER_S = 600
-# The columns of an elastic task's row: its slot, what it printed that the client did not get
-# live, the job's verdict when the coordinator is in the cluster (pickled), and why it could not
-# reach the coordinator, if it could not.
-TASK_SCHEMA = "slot int, output string, verdict binary, unreachable string"
+# The columns of an elastic task's row: its slot and attempt, what it printed that the client did
+# not get live, and, when the coordinator is in the cluster, its own result, the job's verdict
+# (pickled), and why it could not reach the coordinator, if it could not.
+TASK_SCHEMA = "slot int, attempt int, output string, result binary, verdict binary, unreachable string"
 
 
 class ElasticJobError(RuntimeError):
@@ -218,13 +219,14 @@ class Coordinator:
         self._listener.close()
 
     def _exit_message_locked(self):
-        """What a task is told when the job has ended: with the verdict (``("ok", results in rank
-        order, world sizes)`` or ``("error", message)``) when the tasks carry it back."""
+        """What a task is told when the job has ended: with the verdict (``("ok", the (slot, attempt)
+        of each rank's task in rank order, world sizes)`` or ``("error", message)``) when the tasks
+        carry it back; each task carries its own result."""
         if not self._verdicts:
             return ("exit", None)
         if self._error is not None:
             return ("exit", ("error", str(self._error)))
-        return ("exit", ("ok", [payload for _, payload in self._result], list(self.worlds)))
+        return ("exit", ("ok", [(w.slot, w.attempt) for w in self._members], list(self.worlds)))
 
     # The tasks' connections ------------------------------------------------------------------
 
@@ -551,8 +553,13 @@ def _coordinated_in_cluster(stage, config, driver_host):
             % (address, "; ".join(unreachable) if unreachable else "it was lost (its executor's host went away?)"))
     if verdict[0] == "error":
         raise HorovodRunError(verdict[1])
-    results, worlds = verdict[1], verdict[2]
-    return [cloudpickle.loads(result) for result in results], worlds
+    tasks, worlds = verdict[1], verdict[2]
+    results = {(row["slot"], row["attempt"]): row["result"] for row in rows if row["result"] is not None}
+    lost = [rank for rank, task in enumerate(tasks) if task not in results]
+    if lost:
+        raise HorovodRunError("the results of ranks %s of %d were lost: their tasks returned, then ended before "
+                              "their rows reached Spark" % (lost, len(tasks)))
+    return [cloudpickle.loads(results[task]) for task in tasks], worlds
 
 
 class _Stage:
@@ -573,8 +580,8 @@ class _Stage:
 
         task = _Task(coordinator, verdicts=verdicts, **self._task_options)
         pa = session.require_pyarrow("horovod_rs.spark.run_elastic")
-        schema = pa.schema([("slot", pa.int32()), ("output", pa.string()), ("verdict", pa.binary()),
-                            ("unreachable", pa.string())])
+        schema = pa.schema([("slot", pa.int32()), ("attempt", pa.int32()), ("output", pa.string()),
+                            ("result", pa.binary()), ("verdict", pa.binary()), ("unreachable", pa.string())])
 
         def task_rows(batches):
             yield pa.RecordBatch.from_pylist([task.run()], schema=schema)
@@ -693,10 +700,10 @@ class _Task:
 
         context = TaskContext.get()
         slot = context.partitionId()
-        row = dict(slot=slot, output=None, verdict=None, unreachable=None)
+        row = dict(slot=slot, attempt=context.attemptNumber(), output=None, result=None, verdict=None,
+                   unreachable=None)
         try:
-            member = Member(self.coordinator, self.token, slot, context.attemptNumber(), self.secret, self.fields,
-                            self.env)
+            member = Member(self.coordinator, self.token, slot, row["attempt"], self.secret, self.fields, self.env)
         except OSError as e:
             # Spark started this task after the coordinator left (the job had ended), or the
             # coordinator cannot be reached at all: the client tells which from every task's row.
@@ -721,6 +728,8 @@ class _Task:
             if outcome is not None:
                 member.finish(*outcome)
                 verdict = member.verdict() if self.verdicts else None
+                if self.verdicts and outcome[0]:
+                    row["result"] = outcome[1]
             row["output"] = output.undelivered() or None
             row["verdict"] = pickle.dumps(verdict) if verdict is not None else None
             return row

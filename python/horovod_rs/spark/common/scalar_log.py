@@ -15,18 +15,17 @@ class ScalarLog:
     """``add_scalar(tag, value, step)`` into a new event file in ``logs_dir``."""
 
     def __init__(self, logs_dir):
-        from tensorboard.compat.proto import event_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.summary.writer.record_writer import RecordWriter
 
-        self._event_pb2 = event_pb2
+        self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
         os.makedirs(logs_dir, exist_ok=True)
         name = "events.out.tfevents.%010d.%s.%d.0" % (time.time(), socket.gethostname(), os.getpid())
         self._records = RecordWriter(open(os.path.join(logs_dir, name), "wb"))
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def add_scalar(self, tag, value, step):
-        from tensorboard.compat.proto import summary_pb2
-
+        summary_pb2 = self._summary_pb2
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
         self._write(self._event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
 

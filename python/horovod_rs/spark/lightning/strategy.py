@@ -42,6 +42,7 @@ def strategy_class(package):
                              precision_plugin=precision_plugin)
             self._device = device
             self._compression = compression or hvd.Compression.none
+            self._overlapping = None  # set up for a fit by setup()
 
         @property
         def root_device(self):
@@ -112,7 +113,7 @@ def strategy_class(package):
         def optimizer_step(self, optimizer, closure, model=None, **kwargs):
             def closure_then_average():
                 result = closure()
-                if getattr(self, "_overlapping", None) is not None:
+                if self._overlapping is not None:
                     self._overlapping.synchronize()
                 else:
                     self._average_gradients(optimizer)
