@@ -26,13 +26,14 @@ use crate::tcp;
 use crate::wire::{Header, Kind};
 use hierarchy::Hierarchy;
 
-/// One rank's end of an authenticated full mesh among `size` ranks.
+/// One rank's end of an authenticated mesh among `size` ranks, its links
+/// opened on first use.
 ///
 /// Dropping it closes its connections; peers blocked on it then fail with
 /// `PeerLost` naming this rank.
 #[derive(Debug)]
 pub struct Communicator {
-    /// The links to every other rank.
+    /// The links to the other ranks.
     mesh: Mesh,
     /// Number of collectives started, the sequence number of the next one.
     pub(crate) seq: u64,
@@ -52,10 +53,16 @@ pub struct Communicator {
 impl Communicator {
     /// A communicator over `links`, which holds a link for every rank but
     /// `rank`.
+    #[cfg(test)]
     pub(crate) fn new(rank: usize, size: usize, links: Vec<Option<Link>>) -> Communicator {
         debug_assert_eq!(links.len(), size);
+        Communicator::over(Mesh::new(rank, links))
+    }
+
+    /// A communicator over `mesh`, on TCP until told otherwise.
+    pub(crate) fn over(mesh: Mesh) -> Communicator {
         Communicator {
-            mesh: Mesh::new(rank, links),
+            mesh,
             seq: 0,
             failure: None,
             shm: None,
@@ -64,37 +71,57 @@ impl Communicator {
         }
     }
 
-    /// The communicator of `rank` over `links` (a link to each rank but this
-    /// one; rank r is on host `hosts[r]`), on what `config`'s policy and the
-    /// ranks' hosts allow: shared memory when every rank is on this host,
-    /// else the hierarchical levels where they help, else TCP. Every rank
-    /// calls it at the same point: the ranks agree over the links.
-    pub(crate) fn over_links(
-        rank: usize,
-        links: Vec<Option<Link>>,
+    /// Settles the transport of a job's communicator once every rank's host
+    /// is known (rank r is on `hosts[r]`), on what `config`'s policy and the
+    /// hosts allow: shared memory when every rank is on this host, else the
+    /// hierarchical levels where they help, else TCP. Every rank calls it at
+    /// the same point; its collectives count from 0 again afterwards.
+    pub(crate) fn settle_transport(
+        &mut self,
         hosts: Vec<String>,
         config: &CommConfig,
-    ) -> Result<Communicator> {
+    ) -> Result<()> {
+        let rank = self.rank();
+        self.mesh.joined();
         // A job of one rank needs neither shared memory nor levels.
         let shm = match hosts.len() {
             1 => None,
-            _ => shm::negotiate(rank, &links, &hosts, config)?,
+            _ => shm::negotiate(rank, &self.mesh, &hosts, config)?,
         };
+        if shm.is_some() {
+            // Waits in shared memory watch every peer's connection.
+            self.mesh.open_all()?;
+        }
         let hierarchy = match shm {
             Some(_) => None,
-            None => Hierarchy::build(rank, &links, &hosts, config)?,
+            None => Hierarchy::build(rank, &self.mesh, &hosts, config)?,
         };
         debug!(
-            "rank {rank}: connected to all {} ranks; shared memory: {}; hierarchical: {}",
+            "rank {rank}: joined {} ranks; shared memory: {}; hierarchical: {}",
             hosts.len(),
             shm.is_some(),
             hierarchy.is_some()
         );
-        let mut communicator = Communicator::new(rank, hosts.len(), links)
-            .with_shm(shm)
-            .with_hierarchy(hierarchy);
-        communicator.hosts = hosts;
-        Ok(communicator)
+        self.shm = shm;
+        self.hierarchy = hierarchy.map(Box::new);
+        self.hosts = hosts;
+        self.seq = 0;
+        Ok(())
+    }
+
+    /// Every link, opened already or later, polls before it sleeps (this
+    /// host has a core for each of its ranks). Before the transport is
+    /// settled.
+    pub(crate) fn poll_busily(&mut self) {
+        if let Some(connections) = self.mesh.connections_mut() {
+            connections.poll_busily();
+        }
+    }
+
+    /// How many links to other ranks this rank has open (links open on
+    /// first use).
+    pub fn links_open(&self) -> usize {
+        self.mesh.opened().count()
     }
 
     /// Every rank's host, in rank order: the host part of its address, or
@@ -104,14 +131,8 @@ impl Communicator {
     }
 
     /// This communicator, running its collectives through `shm` if given.
-    fn with_shm(mut self, shm: Option<ShmTransport>) -> Communicator {
+    pub(crate) fn with_shm(mut self, shm: Option<ShmTransport>) -> Communicator {
         self.shm = shm;
-        self
-    }
-
-    /// This communicator, running allreduce through `hierarchy` if given.
-    fn with_hierarchy(mut self, hierarchy: Option<Hierarchy>) -> Communicator {
-        self.hierarchy = hierarchy.map(Box::new);
         self
     }
 
@@ -155,7 +176,7 @@ impl Communicator {
         let header = Header::allreduce(self.seq, T::CODE, op, data.len());
         self.seq += 1;
         let result = match (&mut self.shm, &mut self.hierarchy) {
-            (Some(shm), _) => shm.allreduce(self.mesh.links(), data, op, &header),
+            (Some(shm), _) => shm.allreduce(&self.mesh, data, op, &header),
             // The levels exchange headers of their own.
             (None, Some(hierarchy)) => hierarchy.allreduce(data, op),
             (None, None) => tcp::allreduce(&self.mesh, data, op, &header),
@@ -193,7 +214,7 @@ impl Communicator {
     fn on_shards(
         &mut self,
         header: impl FnOnce(u64) -> Header,
-        run: impl FnOnce(&mut ShmTransport, &[Option<Link>], &Header) -> Result<()>,
+        run: impl FnOnce(&mut ShmTransport, &Mesh, &Header) -> Result<()>,
     ) -> Result<()> {
         self.check_usable()?;
         if self.size() == 1 {
@@ -202,7 +223,7 @@ impl Communicator {
         let header = header(self.seq);
         self.seq += 1;
         let result = match &mut self.shm {
-            Some(shm) => run(shm, self.mesh.links(), &header),
+            Some(shm) => run(shm, &self.mesh, &header),
             None => Err(Error::Unusable {
                 cause: "shards are exchanged through shared memory, which this communicator lacks"
                     .into(),
@@ -220,7 +241,7 @@ impl Communicator {
         let header = Header::barrier(self.seq);
         self.seq += 1;
         let result = match &mut self.shm {
-            Some(shm) => shm.barrier(self.mesh.links(), &header),
+            Some(shm) => shm.barrier(&self.mesh, &header),
             None => self.dissemination_barrier(&header),
         };
         self.settle(result)

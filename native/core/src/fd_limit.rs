@@ -1,14 +1,13 @@
 //! The file descriptors a rank's full mesh needs, checked before it opens
 //! any link.
 //!
-//! Every rank holds a connection to every other rank, so a job of N ranks
-//! needs N - 1 sockets per rank on top of what the process already has open,
-//! and up to as many again: the hierarchical collectives duplicate the links
-//! to their host's and their level's members, and while connecting each
-//! handshake in flight holds a duplicate of its socket.
-//! Past the process's `RLIMIT_NOFILE` the mesh would fail deep inside an
+//! A rank opens its links on first use (`crate::mesh`): log2 N of them for
+//! most jobs, but a collective that talks to every rank (alltoall) opens all
+//! N - 1, on top of what the process already has open, and each handshake
+//! the acceptor has in hand holds a duplicate of its socket. Past the
+//! process's `RLIMIT_NOFILE` such a collective would fail deep inside an
 //! `accept` or `connect` with "Too many open files", after other ranks have
-//! started waiting on this one; checked first, the job fails at join naming
+//! started waiting on this one; checked at join, the job fails there naming
 //! the limit and how to raise it. As many servers do, the soft limit is
 //! first raised to the hard one when that is enough (logged).
 
@@ -20,10 +19,14 @@ use libc::{rlim_t, RLIM_INFINITY};
 
 use crate::error::{Error, Result};
 
-/// Descriptors kept free beyond the mesh: the listener's accepted sockets
-/// before their handshake, the shared-memory segment, the rendezvous
-/// service's connection, the accept loop's doorbell (two), a log file.
+/// Descriptors kept free beyond the mesh: the shared-memory segment, the
+/// rendezvous service's connection, the acceptor's doorbell (two), a log
+/// file.
 const SPARE: rlim_t = 16;
+
+/// Handshakes the acceptor may hold at once, each an accepted socket and its
+/// duplicate (`mesh::accept`).
+const HANDSHAKES: rlim_t = 2 * (crate::mesh::accept::MAX_HANDSHAKES as rlim_t + 1);
 
 /// Makes sure this process may open the links of a `size`-rank mesh,
 /// raising the soft limit to the hard one if that suffices.
@@ -37,14 +40,14 @@ pub(crate) fn ensure_room_for_mesh(size: usize) -> Result<()> {
     };
     let open = open_descriptors();
     let links = size.saturating_sub(1) as rlim_t;
-    let needed = open + 2 * links + SPARE;
+    let needed = open + links + HANDSHAKES + SPARE;
     if needed <= soft {
         return Ok(());
     }
     if needed <= hard && raise_soft(needed, hard) {
         info!(
             "raised the soft file-descriptor limit (RLIMIT_NOFILE) from {soft} to its hard limit {}: \
-             a job of {size} ranks holds {links} connections per rank",
+             a job of {size} ranks may hold {links} connections per rank",
             shown(hard)
         );
         return Ok(());
@@ -52,7 +55,8 @@ pub(crate) fn ensure_room_for_mesh(size: usize) -> Result<()> {
     Err(Error::Io {
         context: format!(
             "a job of {size} ranks needs {needed} file descriptors on this rank ({links} connections \
-             of the full mesh and as many for their duplicates, {open} open already, {SPARE} spare), \
+             of the full mesh, which a collective such as alltoall opens, {HANDSHAKES} for \
+             handshakes in progress, {open} open already, {SPARE} spare), \
              more than the process's limit \
              RLIMIT_NOFILE allows (soft {soft}, hard {}); raise the hard limit to at least {needed} \
              where the ranks start (`ulimit -n {needed}` in the launching shell, `LimitNOFILE=` of a \

@@ -6,12 +6,13 @@
 //! inherits it from its worker's environment). Ranks with one address may
 //! so sit on different hosts, e.g. simulated hosts on one machine.
 //!
-//! Every rank learns every rank's host once its links are up: each rank but
-//! 0 sends its own to rank 0, which sends the list back. Only links to rank
-//! 0 are used, so the exchange costs one round trip per rank.
+//! Every rank learns every rank's host as the job joins: the names go to
+//! rank 0 along a binomial tree and the list comes back along it, so a rank
+//! talks to at most log2 N + 1 others (rank 0 does not hear from every rank
+//! directly).
 
+use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::link::Link;
 
 /// Horovod's variable naming a rank's host.
 pub const HOSTNAME_VARIABLE: &str = "HOROVOD_HOSTNAME";
@@ -37,60 +38,54 @@ pub(crate) fn refusal(name: &str) -> Option<String> {
 }
 
 /// Every rank's host, in rank order, with `mine` this rank's (checked by
-/// the caller, [`refusal`]). Every rank calls it at the same point, right
-/// after its links are up.
-pub(crate) fn exchange(rank: usize, links: &[Option<Link>], mine: &str) -> Result<Vec<String>> {
-    let link = |peer: usize| {
-        links[peer].as_ref().ok_or_else(|| Error::Unusable {
-            cause: format!("rank {rank} has no connection to rank {peer}"),
-        })
-    };
-    if rank != 0 {
-        link(0)?.send(&encode(&[mine]), DURING)?;
-        let mut count = [0u8; 4];
-        link(0)?.recv(&mut count, DURING)?;
-        return (0..u32::from_le_bytes(count))
-            .map(|_| receive(link(0)?))
-            .collect();
-    }
-    let mut hosts = vec![mine.to_string()];
-    for peer in 1..links.len() {
-        let mut count = [0u8; 4];
-        link(peer)?.recv(&mut count, DURING)?;
-        if u32::from_le_bytes(count) != 1 {
-            return Err(Error::Mismatch {
-                rank: peer,
-                detail: format!("it sent {DURING} out of turn"),
-            });
-        }
-        hosts.push(receive(link(peer)?)?);
-    }
-    let list = encode(&hosts.iter().map(String::as_str).collect::<Vec<_>>());
-    for peer in 1..links.len() {
-        link(peer)?.send(&list, DURING)?;
+/// the caller, [`refusal`]). Every rank calls it at the same point, as the
+/// first collectives of `comm`.
+pub(crate) fn exchange(comm: &mut Communicator, mine: &str) -> Result<Vec<String>> {
+    let size = comm.size();
+    let list = comm
+        .gather_to_root(mine.as_bytes())?
+        .map(|names| names_list(&names))
+        .transpose()?;
+    let list = comm.fan_out_from_root(list)?;
+    let hosts = decode(&list).ok_or_else(|| Error::ControlMessage {
+        detail: format!("rank 0 sent a garbled list of hosts during {DURING}"),
+    })?;
+    if hosts.len() != size {
+        return Err(Error::ControlMessage {
+            detail: format!(
+                "rank 0 sent {} hosts for {size} ranks during {DURING}",
+                hosts.len()
+            ),
+        });
     }
     Ok(hosts)
 }
 
-/// `names` as a count (u32) and each name as a length byte and its bytes.
-fn encode(names: &[&str]) -> Vec<u8> {
-    let mut bytes = (names.len() as u32).to_le_bytes().to_vec();
-    for name in names {
+/// The gathered names as one list: a length byte and the bytes of each.
+fn names_list(names: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    for (rank, name) in names.iter().enumerate() {
+        let refused = match std::str::from_utf8(name) {
+            Ok(name) => refusal(name),
+            Err(_) => Some("its host name is not UTF-8".into()),
+        };
+        if let Some(why) = refused {
+            return Err(Error::Mismatch { rank, detail: why });
+        }
         bytes.push(name.len() as u8);
-        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend_from_slice(name);
     }
-    bytes
+    Ok(bytes)
 }
 
-fn receive(link: &Link) -> Result<String> {
-    let mut len = [0u8; 1];
-    link.recv(&mut len, DURING)?;
-    let mut name = vec![0u8; usize::from(len[0])];
-    link.recv(&mut name, DURING)?;
-    String::from_utf8(name).map_err(|_| Error::Mismatch {
-        rank: link.rank(),
-        detail: "its host name is not UTF-8".into(),
-    })
+fn decode(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    while let Some((&len, rest)) = bytes.split_first() {
+        let name = rest.get(..usize::from(len))?;
+        names.push(String::from_utf8(name.to_vec()).ok()?);
+        bytes = &rest[usize::from(len)..];
+    }
+    Some(names)
 }
 
 #[cfg(test)]

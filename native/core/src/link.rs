@@ -89,22 +89,6 @@ impl Link {
         self.spin.as_ref().is_some_and(|budget| budget.spin(ready))
     }
 
-    /// Another link on the same connection (for a communicator of a subset
-    /// of ranks that takes turns with this one).
-    pub(crate) fn try_clone(&self) -> Result<Link> {
-        let stream = self
-            .stream
-            .try_clone()
-            .map_err(|e| Error::io(format!("sharing the connection to rank {}", self.rank), e))?;
-        Ok(Link {
-            rank: self.rank,
-            stream,
-            io_timeout: self.io_timeout,
-            spin: self.spin.as_ref().map(|_| SpinBudget::new()),
-            tls: self.tls.clone(),
-        })
-    }
-
     /// The peer's rank.
     pub(crate) fn rank(&self) -> usize {
         self.rank

@@ -1,54 +1,45 @@
 //! Rendezvous: turns a listening socket and the list of every rank's address
-//! into an authenticated full mesh of TCP connections.
+//! into a communicator whose links open on first use ([`crate::mesh`]).
 //!
-//! Each pair of ranks shares one connection, opened by the higher rank to the
-//! lower rank's listener. A rank therefore connects to all lower ranks (in
-//! order, retrying until the peer answers) while a second thread accepts the
-//! higher ranks; as the lowest rank only accepts, no cycle of waiting ranks
-//! can form.
+//! Joining opens only what the join itself needs: every rank sends its host
+//! to rank 0 along a binomial tree and gets the list back along it
+//! ([`crate::hosts`]), which proves that every rank is up, holds the secret
+//! and was given this job. Then the transport is chosen (shared memory when
+//! every rank is on this host, the hierarchy's levels where they help, else
+//! TCP). Other links open when a collective first needs them.
 //!
 //! Each connection is authenticated by the handshake of [`crate::handshake`]
-//! between two ranks of the mesh (kind byte "rank"), so a rank dialling the
+//! between two ranks of the job (kind byte "rank"), so a rank dialling the
 //! driver's rendezvous service, or the service's client dialling a rank, is
-//! named as such. Its step 4 is the acceptor's ACK. An authenticated peer is
-//! then checked against this rank's job: byte order, job size, rank.
-//!
-//! Invariant: the acceptor handles every incoming connection on its own
-//! thread and only ends rendezvous early for an *authenticated* peer that
-//! disagrees about the job. A connection that sends garbage, stays silent,
-//! speaks another protocol version or cannot prove the secret is logged,
-//! dropped, and mentioned if rendezvous later times out, but the listener
-//! keeps waiting for the genuine peer.
+//! named as such. Its step 4 is the acceptor's ACK, or its DECLINE when its
+//! own dial to the connector wins. An authenticated peer is then checked
+//! against this rank's job: byte order, job size, rank, encryption.
 
-use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex, PoisonError};
-use std::thread;
+use std::io;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use log::{debug, warn};
+use log::debug;
 
 use crate::address::host;
-use crate::auth::{self, Secret};
+use crate::auth::Secret;
 use crate::communicator::Communicator;
 use crate::config::CommConfig;
-use crate::doorbell::Doorbell;
-use crate::error::{Error, FirstError, Result};
+use crate::error::{Error, Result};
 use crate::fd_limit;
-use crate::handshake::{self, Dialled};
+use crate::handshake;
 use crate::hosts;
-use crate::link::{io_error, Link};
+use crate::mesh::dial::Dialler;
+use crate::mesh::job::Job;
+use crate::mesh::{Connections, Mesh};
 use crate::spin;
-use crate::tls::{Credentials, TLS_VARIABLE};
-use crate::wire::{self, Hello, ACK, KIND_RANK, NATIVE_ENDIAN};
+use crate::tls::Credentials;
 
 /// Pause after a failed accept (e.g. out of descriptors) before the next
 /// try: the listener stays readable, so waiting on it would not pause.
 pub(crate) const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// Longest pause between attempts to connect to a peer not listening yet.
-const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
+pub(crate) const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Longer timeouts are cut to this, so deadlines cannot overflow.
 pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest single TCP connect attempt.
@@ -98,25 +89,27 @@ pub(crate) fn is_host_port(address: &str) -> bool {
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
 }
 
-/// Connects rank `rank` to every other rank and authenticates each
-/// connection with `secret`.
+/// Joins rank `rank` to the job: a communicator whose links to the other
+/// ranks, authenticated with `secret`, open when first needed.
 ///
-/// `addresses[i]` is rank i's "host:port"; its length is the job size. Waits
-/// at most `config.connect_timeout` in total; connections are then given
-/// `config.io_timeout`. With a single rank, opens no connection.
+/// `addresses[i]` is rank i's "host:port"; its length is the job size. The
+/// join (every rank's host reaching every rank) waits at most
+/// `config.connect_timeout` for a peer to answer; a link opened later gets
+/// as long of its own, and then `config.io_timeout` for each read or write.
+/// With a single rank, opens no connection.
 ///
 /// # Errors
 /// * `InvalidArgument`: rank out of range, empty or unparsable address list,
 ///   empty secret, zero timeout.
-/// * `AuthFailed`: a lower rank could not prove it knows the secret.
-/// * `VersionMismatch`: a lower rank's address answers with another protocol
+/// * `AuthFailed`: a peer could not prove it knows the secret.
+/// * `VersionMismatch`: a peer's address answers with another protocol
 ///   version, or not as horovod-rs at all.
 /// * `Mismatch`: an authenticated peer was given another job size, has
 ///   another byte order, or claims another rank.
 /// * `Timeout`: a peer did not connect, or answer, in time; the message
 ///   mentions rejected connection attempts (e.g. a rank with another secret).
-/// * `PeerLost`: a lower rank closed the connection during the handshake.
-/// * `Io`: the file-descriptor limit is below what the mesh needs (checked
+/// * `PeerLost`: a peer closed the connection during the handshake.
+/// * `Io`: the file-descriptor limit is below what a full mesh needs (checked
 ///   before any link opens; the message names the limit), or a socket call
 ///   failed.
 pub fn connect(
@@ -134,95 +127,30 @@ pub fn connect(
         .clone()
         .unwrap_or_else(|| host(&addresses[rank]).to_string());
     if size == 1 {
-        return Communicator::over_links(0, vec![None], vec![mine], config);
+        let mut alone = Communicator::over(Mesh::new(0, vec![None]));
+        alone.settle_transport(vec![mine], config)?;
+        return Ok(alone);
     }
-    // Before any link: past the limit the mesh would fail half open.
+    // Before any link: past the limit a collective would fail half open.
     fd_limit::ensure_room_for_mesh(size)?;
+    let credentials = config.tls.then(|| Credentials::new(&secret)).transpose()?;
     let job = Job {
         rank,
         size,
         secret,
-        tls: config.tls,
+        credentials,
         connect_timeout: config.connect_timeout.min(MAX_TIMEOUT),
-        deadline: Instant::now() + config.connect_timeout.min(MAX_TIMEOUT),
+        io_timeout: config.io_timeout.min(MAX_TIMEOUT),
     };
-    listener
-        .inner
-        .set_nonblocking(true)
-        .map_err(|e| Error::io("making the listener non-blocking", e))?;
-
-    let first = FirstError::default();
-    let abort = Abort::new()?;
-    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
-    thread::scope(|scope| {
-        let acceptor = if rank + 1 < size {
-            let spawned = thread::Builder::new()
-                .name("hvd-accept".into())
-                .spawn_scoped(scope, || {
-                    settle(accept_higher(&listener.inner, &job, &abort), &first, &abort)
-                });
-            match spawned {
-                Ok(handle) => Some(handle),
-                Err(e) => {
-                    first.record(Error::io("spawning the rendezvous accept thread", e));
-                    abort.trigger();
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        if let Some(lower) = settle(connect_lower(addresses, &job, &abort), &first, &abort) {
-            for (peer, stream) in lower {
-                streams[peer] = Some(stream);
-            }
-        }
-        if let Some(handle) = acceptor {
-            match handle.join() {
-                Ok(Some(higher)) => {
-                    for (peer, stream) in higher {
-                        streams[peer] = Some(stream);
-                    }
-                }
-                Ok(None) => {}
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-    });
-    first.into_result()?;
-
-    let credentials = config
-        .tls
-        .then(|| Credentials::new(&job.secret))
-        .transpose()?;
-    let mut links = Vec::with_capacity(size);
-    // In rank order on every rank, so no two ranks wait for each other's
-    // TLS handshakes in a cycle.
-    for (peer, stream) in streams.into_iter().enumerate() {
-        links.push(match stream {
-            Some(stream) => {
-                let mut link = Link::new(peer, stream, config.io_timeout.min(MAX_TIMEOUT))?;
-                if let Some(credentials) = &credentials {
-                    link = link.encrypt(credentials, peer > rank)?;
-                }
-                Some(link)
-            }
-            None if peer == rank => None,
-            None => {
-                return Err(Error::Unusable {
-                    cause: format!("rendezvous ended without a connection to rank {peer}"),
-                })
-            }
-        });
-    }
-    let hosts = hosts::exchange(rank, &links, &mine)?;
+    let join_deadline = Instant::now() + job.connect_timeout;
+    let dialler = Dialler::start(listener.inner, addresses.to_vec(), job, join_deadline)?;
+    let mut comm = Communicator::over(Mesh::over(Connections::dialling(rank, size, dialler)));
+    let hosts = hosts::exchange(&mut comm, &mine)?;
     if cores_for_each(rank, &hosts) {
-        links = links
-            .into_iter()
-            .map(|l| l.map(Link::busy_polling))
-            .collect();
+        comm.poll_busily();
     }
-    Communicator::over_links(rank, links, hosts, config)
+    comm.settle_transport(hosts, config)?;
+    Ok(comm)
 }
 
 /// Whether this host has a core for each of its ranks: then a rank waiting
@@ -255,218 +183,6 @@ fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()
     Ok(())
 }
 
-/// What every handshake of this rank needs to know.
-struct Job {
-    rank: usize,
-    size: usize,
-    secret: Secret,
-    /// Whether this rank encrypts its links (`HOROVOD_RS_TLS`).
-    tls: bool,
-    connect_timeout: Duration,
-    deadline: Instant,
-}
-
-impl Job {
-    /// Time left until the rendezvous deadline, at least 1 ms (a zero socket
-    /// timeout is invalid).
-    fn remaining(&self) -> Duration {
-        self.deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
-    }
-
-    fn expired(&self) -> bool {
-        Instant::now() >= self.deadline
-    }
-
-    /// Blocking mode, `TCP_NODELAY`, and socket timeouts ending at the deadline.
-    fn prepare(&self, stream: &TcpStream) -> io::Result<()> {
-        stream.set_nonblocking(false)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(self.remaining()))?;
-        stream.set_write_timeout(Some(self.remaining()))
-    }
-
-    fn hello(&self) -> Result<Hello> {
-        // Both fit in u32: `validate` checked the size.
-        Ok(Hello::new(self.rank as u32, self.size as u32, auth::nonce()?).encrypting(self.tls))
-    }
-
-    /// Checks an authenticated peer's hello against this job. `expected` is
-    /// the rank the connector dialled; the acceptor accepts any higher rank.
-    fn check_peer(&self, hello: &Hello, expected: Option<usize>) -> Result<usize> {
-        let peer = hello.rank as usize;
-        let named = expected.unwrap_or(peer);
-        if hello.endian != NATIVE_ENDIAN {
-            return Err(Error::Mismatch {
-                rank: named,
-                detail: format!(
-                    "it is {}, this rank is {}",
-                    wire::endian_name(hello.endian),
-                    wire::endian_name(NATIVE_ENDIAN)
-                ),
-            });
-        }
-        if hello.encrypts != self.tls {
-            let setting = |on: bool| if on { "on" } else { "off" };
-            return Err(Error::Mismatch {
-                rank: named,
-                detail: format!(
-                    "it has {TLS_VARIABLE} {}, this rank {} (set it alike on every rank)",
-                    setting(hello.encrypts),
-                    setting(self.tls)
-                ),
-            });
-        }
-        if hello.size as usize != self.size {
-            return Err(Error::Mismatch {
-                rank: named,
-                detail: format!("it was given {} ranks, this rank {}", hello.size, self.size),
-            });
-        }
-        match expected {
-            Some(expected) if peer != expected => Err(Error::Mismatch {
-                rank: expected,
-                detail: format!("the address given for rank {expected} belongs to rank {peer}"),
-            }),
-            None if peer <= self.rank || peer >= self.size => Err(Error::Mismatch {
-                rank: peer,
-                detail: format!(
-                    "it connected as rank {peer} to rank {}, but only higher ranks connect",
-                    self.rank
-                ),
-            }),
-            _ => Ok(peer),
-        }
-    }
-}
-
-/// Lets whichever side of rendezvous fails first stop the other promptly.
-struct Abort {
-    triggered: AtomicBool,
-    /// Clone of the connection the connecting side is handshaking on, shut
-    /// down on abort to wake it.
-    in_flight: Mutex<Option<TcpStream>>,
-    /// Wakes the accepting side: on abort, and when a handshake has its
-    /// verdict.
-    doorbell: Doorbell,
-}
-
-impl Abort {
-    fn new() -> Result<Abort> {
-        Ok(Abort {
-            triggered: AtomicBool::new(false),
-            in_flight: Mutex::new(None),
-            doorbell: Doorbell::new()
-                .map_err(|e| Error::io("creating the rendezvous doorbell", e))?,
-        })
-    }
-
-    fn trigger(&self) {
-        self.triggered.store(true, Ordering::SeqCst);
-        if let Some(stream) = self.slot().take() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        self.doorbell.ring();
-    }
-
-    fn is_triggered(&self) -> bool {
-        self.triggered.load(Ordering::SeqCst)
-    }
-
-    /// Registers `stream` to be shut down on abort; false if already aborted.
-    fn watch(&self, stream: &TcpStream) -> bool {
-        let clone = stream.try_clone().ok();
-        let mut slot = self.slot();
-        if self.is_triggered() {
-            return false;
-        }
-        *slot = clone;
-        true
-    }
-
-    fn unwatch(&self) {
-        self.slot().take();
-    }
-
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<TcpStream>> {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Result of one side of rendezvous: `Ok(None)` when it stopped because the
-/// other side failed.
-type Side = Result<Option<Vec<(usize, TcpStream)>>>;
-
-/// Records a side's failure and stops the other side.
-fn settle(side: Side, first: &FirstError, abort: &Abort) -> Option<Vec<(usize, TcpStream)>> {
-    match side {
-        Ok(streams) => streams,
-        Err(error) => {
-            first.record(error);
-            abort.trigger();
-            None
-        }
-    }
-}
-
-// ---------------------------------------------------------------- connecting
-
-/// Connects to every lower rank, in order.
-fn connect_lower(addresses: &[String], job: &Job, abort: &Abort) -> Side {
-    let mut streams = Vec::with_capacity(job.rank);
-    for (peer, address) in addresses.iter().enumerate().take(job.rank) {
-        match connect_to(peer, address, job, abort)? {
-            Some(stream) => streams.push((peer, stream)),
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(streams))
-}
-
-fn connect_to(peer: usize, address: &str, job: &Job, abort: &Abort) -> Result<Option<TcpStream>> {
-    let mut pause = Duration::from_millis(10);
-    let stream = loop {
-        if abort.is_triggered() {
-            return Ok(None);
-        }
-        let failure = match open(address, job.remaining().min(MAX_CONNECT_ATTEMPT)) {
-            Ok(stream) => break stream,
-            Err(e) => e,
-        };
-        if job.expired() {
-            return Err(Error::Timeout {
-                what: format!(
-                    "after {:?} trying to connect to rank {peer} at {address} (last error: {failure})",
-                    job.connect_timeout
-                ),
-                rank: Some(peer),
-            });
-        }
-        debug!(
-            "rank {}: rank {peer} at {address} not reachable yet: {failure}",
-            job.rank
-        );
-        thread::sleep(pause.min(job.remaining()));
-        pause = (pause * 2).min(MAX_RETRY_PAUSE);
-    };
-    if !abort.watch(&stream) {
-        return Ok(None);
-    }
-    let result = connect_handshake(&stream, peer, address, job);
-    abort.unwatch();
-    match result {
-        Ok(()) => {
-            debug!("rank {}: authenticated rank {peer} at {address}", job.rank);
-            Ok(Some(stream))
-        }
-        Err(_) if abort.is_triggered() => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// Opens a TCP connection to "host:port", trying each resolved address.
 pub(crate) fn open(address: &str, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
@@ -479,221 +195,15 @@ pub(crate) fn open(address: &str, timeout: Duration) -> io::Result<TcpStream> {
     Err(last)
 }
 
-/// The connector's side of the handshake with rank `peer`.
-fn connect_handshake(stream: &TcpStream, peer: usize, address: &str, job: &Job) -> Result<()> {
-    const DURING: &str = "the rendezvous handshake";
-    let io = |e: io::Error| io_error(e, peer, DURING, job.connect_timeout);
-    let dialled = Dialled {
-        name: format!("rank {peer} at {address}"),
-        kind: KIND_RANK,
-        secret_holders: "the ranks",
-    };
-    job.prepare(stream)
-        .map_err(|e| Error::io(format!("configuring the connection to {}", dialled.name), e))?;
-    let mut stream = stream;
-
-    let hello = handshake::connect(stream, &job.secret, &job.hello()?, &dialled, io)?;
-    job.check_peer(&hello, Some(peer))?;
-
-    // Step 4: the acceptor admits this rank.
-    let mut ack = [0u8; 1];
-    stream.read_exact(&mut ack).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => Error::PeerLost {
-            rank: peer,
-            context: format!(
-                "during {DURING}: it closed the connection instead of accepting this rank"
-            ),
-        },
-        _ => io(e),
-    })?;
-    if ack[0] != ACK {
-        return Err(Error::VersionMismatch {
-            peer: dialled.name,
-            detail: format!("it ended the handshake with byte {:#04x}", ack[0]),
-        });
-    }
-    Ok(())
-}
-
-// ----------------------------------------------------------------- accepting
-
-/// Outcome of handshaking one incoming connection.
-enum Verdict {
-    /// An authenticated peer of this job.
-    Genuine(usize, TcpStream),
-    /// Not (provably) a peer of this job: dropped, rendezvous goes on.
-    Rejected(String),
-    /// An authenticated peer that disagrees about the job: rendezvous fails.
-    Fatal(Error),
-}
-
-/// Accepts and authenticates every higher rank.
-fn accept_higher(listener: &TcpListener, job: &Job, abort: &Abort) -> Side {
-    let (tx, rx) = mpsc::channel::<(u64, Verdict)>();
-    thread::scope(|scope| {
-        let mut pending: HashMap<u64, TcpStream> = HashMap::new();
-        let mut next_id = 0u64;
-        let mut found: Vec<Option<TcpStream>> = (0..job.size).map(|_| None).collect();
-        let mut missing = job.size - job.rank - 1;
-        let mut rejected = 0usize;
-        let mut last_rejection = String::new();
-
-        let outcome: Side = 'poll: loop {
-            if abort.is_triggered() {
-                break Ok(None);
-            }
-            let mut busy = false;
-            match listener.accept() {
-                Ok((stream, from)) => {
-                    busy = true;
-                    debug!("rank {}: connection from {from}", job.rank);
-                    let id = next_id;
-                    next_id += 1;
-                    // Without a clone the handshake could not be woken at
-                    // the end of rendezvous: drop such a connection.
-                    match stream.try_clone() {
-                        Ok(clone) => pending.insert(id, clone),
-                        Err(e) => {
-                            warn!("rank {}: dropping connection from {from}: {e}", job.rank);
-                            continue;
-                        }
-                    };
-                    let tx = tx.clone();
-                    let spawned = thread::Builder::new()
-                        .name("hvd-handshake".into())
-                        .spawn_scoped(scope, move || {
-                            let _ = tx.send((id, accept_handshake(stream, from, job)));
-                            abort.doorbell.ring();
-                        });
-                    if let Err(e) = spawned {
-                        warn!("rank {}: dropping connection from {from}: {e}", job.rank);
-                        pending.remove(&id);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => {
-                    // E.g. out of descriptors or a connection reset before
-                    // accept: not fatal, genuine peers can still come.
-                    warn!("rank {}: accept failed: {e}", job.rank);
-                    last_rejection = format!("accept failed: {e}");
-                    thread::sleep(ACCEPT_RETRY_PAUSE);
-                    busy = true;
-                }
-            }
-            while let Ok((id, verdict)) = rx.try_recv() {
-                busy = true;
-                pending.remove(&id);
-                match verdict {
-                    Verdict::Genuine(peer, stream) => {
-                        if found[peer].is_some() {
-                            break 'poll Err(Error::Mismatch {
-                                rank: peer,
-                                detail: "two connections authenticated as this rank".into(),
-                            });
-                        }
-                        debug!("rank {}: authenticated rank {peer}", job.rank);
-                        found[peer] = Some(stream);
-                        missing -= 1;
-                    }
-                    Verdict::Rejected(reason) => {
-                        warn!("rank {}: rejected {reason}", job.rank);
-                        rejected += 1;
-                        last_rejection = reason;
-                    }
-                    Verdict::Fatal(error) => break 'poll Err(error),
-                }
-            }
-            if missing == 0 {
-                let streams = found
-                    .iter_mut()
-                    .enumerate()
-                    .filter_map(|(peer, slot)| slot.take().map(|s| (peer, s)))
-                    .collect();
-                break Ok(Some(streams));
-            }
-            if job.expired() {
-                break Err(accept_timeout(job, &found, rejected, &last_rejection));
-            }
-            if !busy {
-                if let Err(e) = abort.doorbell.wait(listener, Some(job.remaining())) {
-                    warn!("rank {}: waiting for connections failed: {e}", job.rank);
-                    thread::sleep(ACCEPT_RETRY_PAUSE);
-                }
-            }
-        };
-        // Wake the handshakes still waiting on unauthenticated connections so
-        // the scope can end.
-        for stream in pending.values() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        outcome
-    })
-}
-
-fn accept_timeout(job: &Job, found: &[Option<TcpStream>], rejected: usize, last: &str) -> Error {
-    let missing: Vec<usize> = (job.rank + 1..job.size)
-        .filter(|peer| found[*peer].is_none())
-        .collect();
-    let names: Vec<String> = missing.iter().map(usize::to_string).collect();
-    let ranks = match names.len() {
-        1 => format!("rank {}", names[0]),
-        _ => format!("ranks {}", names.join(", ")),
-    };
-    let mut what = format!(
-        "after {:?} waiting for {ranks} to connect",
-        job.connect_timeout
-    );
-    if rejected > 0 {
-        what.push_str(&format!(
-            " ({rejected} connection attempt(s) rejected, the last: {last})"
-        ));
-    } else if !last.is_empty() {
-        what.push_str(&format!(" ({last})"));
-    }
-    Error::Timeout {
-        what,
-        rank: missing.first().copied(),
-    }
-}
-
-fn accept_handshake(stream: TcpStream, from: SocketAddr, job: &Job) -> Verdict {
-    match try_accept(&stream, from, job) {
-        Ok(peer) => Verdict::Genuine(peer, stream),
-        Err(verdict) => verdict,
-    }
-}
-
-/// The acceptor's side of the handshake.
-fn try_accept(
-    stream: &TcpStream,
-    from: SocketAddr,
-    job: &Job,
-) -> std::result::Result<usize, Verdict> {
-    let reject = |what: String| Verdict::Rejected(format!("connection from {from}: {what}"));
-    let io = |e: io::Error| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            "no complete handshake before the deadline".to_string()
-        }
-        io::ErrorKind::UnexpectedEof => "closed during the handshake".to_string(),
-        _ => format!("handshake failed: {e}"),
-    };
-    job.prepare(stream).map_err(|e| reject(io(e)))?;
-    let mut stream = stream;
-
-    let ours = job.hello().map_err(Verdict::Fatal)?;
-    let hello = handshake::accept(stream, &job.secret, &ours, KIND_RANK, io).map_err(reject)?;
-    let peer = job.check_peer(&hello, None).map_err(Verdict::Fatal)?;
-    // Step 4: admit the rank.
-    stream.write_all(&[ACK]).map_err(|e| reject(io(e)))?;
-    Ok(peer)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::TAG_LEN;
+    use crate::auth::{self, TAG_LEN};
     use crate::reduce::ReduceOp;
+    use crate::wire::{self, Hello};
     use crate::wire::{HELLO_LEN, PREFIX_LEN};
+    use std::io::{Read, Write};
+    use std::thread;
 
     fn config(connect_ms: u64) -> CommConfig {
         CommConfig {

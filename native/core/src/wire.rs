@@ -25,13 +25,17 @@ use crate::reduce::{type_name, ReduceOp};
 /// First bytes of every hello.
 pub(crate) const MAGIC: [u8; 8] = *b"HOROVDRS";
 /// Version of this protocol; any change to the bytes exchanged bumps it.
-pub(crate) const PROTOCOL_VERSION: u16 = 8;
+pub(crate) const PROTOCOL_VERSION: u16 = 9;
 /// Magic plus version: the part of the hello every version shares.
 pub(crate) const PREFIX_LEN: usize = 10;
 /// Length of a whole hello of this version.
 pub(crate) const HELLO_LEN: usize = PREFIX_LEN + 3 + 4 + 4 + NONCE_LEN;
 /// Byte the acceptor sends once it has verified the connector's proof.
 pub(crate) const ACK: u8 = 0x06;
+/// Byte an acceptor sends instead when its own rank's dial to the connector
+/// wins (`mesh::pairs`): the connector drops this connection and waits for
+/// that one.
+pub(crate) const DECLINE: u8 = 0x15;
 /// Length of a collective header.
 pub(crate) const HEADER_LEN: usize = 24;
 
@@ -176,10 +180,12 @@ pub(crate) enum Kind {
     BitwiseAnd,
     /// The header check of a large job's collectives (`collectives::agree`).
     Agree,
+    /// The control plane's broadcast from rank 0 (`collectives::control`).
+    Fanout,
 }
 
 impl Kind {
-    const ALL: [Kind; 10] = [
+    const ALL: [Kind; 11] = [
         Kind::Allreduce,
         Kind::Barrier,
         Kind::Allgather,
@@ -190,6 +196,7 @@ impl Kind {
         Kind::Gather,
         Kind::BitwiseAnd,
         Kind::Agree,
+        Kind::Fanout,
     ];
 
     fn code(self) -> u8 {
@@ -204,6 +211,7 @@ impl Kind {
             Kind::Gather => 8,
             Kind::BitwiseAnd => 9,
             Kind::Agree => 10,
+            Kind::Fanout => 11,
         }
     }
 
@@ -220,6 +228,7 @@ impl Kind {
             Kind::Gather => "gather",
             Kind::BitwiseAnd => "bitwise and",
             Kind::Agree => "header check",
+            Kind::Fanout => "fan-out",
         }
     }
 }
@@ -323,6 +332,7 @@ impl Header {
             }
             Some(Kind::BitwiseAnd) => format!("bitwise and of {} 64-bit words", self.count),
             Some(Kind::Agree) => "a collective's header check".to_string(),
+            Some(Kind::Fanout) => "the fan-out of rank 0's list of hosts".to_string(),
             Some(Kind::Broadcast) => format!(
                 "broadcast of {} {} from rank {}",
                 self.count,

@@ -164,9 +164,12 @@ fn bad_arguments_fail_where_they_are_given_and_peers_see_it() {
         results[1]
     );
     let results = on_mesh(|_, comm| comm.alltoall(&[0u8; 3], &[1, 1, 2]).map(drop));
-    assert!(results
-        .iter()
-        .all(|r| matches!(r, Err(Error::InvalidArgument(m)) if m.contains("do not add up"))));
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(Error::InvalidArgument(m)) if m.contains("do not add up"))),
+        "{results:?}"
+    );
     let results = on_mesh(|_, comm| comm.broadcast(&mut [0u8; 1], 3));
     assert!(results
         .iter()

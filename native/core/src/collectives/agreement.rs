@@ -2,14 +2,14 @@
 //! collective, element type, length, operation or root fail with `Mismatch`
 //! naming the lowest rank whose header differs from theirs.
 //!
-//! Up to [`DIRECT_MAX`] ranks every rank sends its header to every other (one
+//! Up to [`DIRECT_RANKS_MAX`] ranks every rank sends its header to every other (one
 //! round); beyond, the ranks merge what they know by recursive doubling, so a
 //! rank talks to ⌈log2 N⌉ + 1 peers instead of N - 1 (1,023 messages each
 //! way per collective at 1,024 ranks, now 10 or 11). What they merge is
 //! enough to name the same rank the direct check names: the lowest rank with
 //! its header, and the lowest rank whose header differs from that one.
 
-use super::DIRECT_MAX;
+use super::DIRECT_RANKS_MAX;
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::wire::{mismatch, Header, Kind, HEADER_LEN};
@@ -18,7 +18,7 @@ impl Communicator {
     /// Fails with `Mismatch` naming the lowest rank whose header differs from
     /// `ours`, once every rank has called it.
     pub(crate) fn agree(&self, ours: &Header, kind: Kind) -> Result<()> {
-        if self.size() <= DIRECT_MAX {
+        if self.size() <= DIRECT_RANKS_MAX {
             self.agree_directly(ours, kind)
         } else {
             self.agree_by_doubling(ours)
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_large_jobs_broadcast_names_the_rank_with_another_root() {
-        let results = on_mesh(DIRECT_MAX + 3, |rank, comm| {
+        let results = on_mesh(DIRECT_RANKS_MAX + 3, |rank, comm| {
             let mut values = [rank as f32; 3];
             let root = if rank == 6 { 1 } else { 0 };
             comm.broadcast(&mut values, root)

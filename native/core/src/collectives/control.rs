@@ -1,5 +1,6 @@
 //! The engine's control plane, built to scale with the job: a gather of
-//! byte strings to rank 0 along a binomial tree, and a bitwise AND by
+//! byte strings to rank 0 along a binomial tree, rank 0's bytes fanned out
+//! along the same tree (the hosts' list at join), and a bitwise AND by
 //! recursive doubling. A rank talks to at most ⌈log2 N⌉ + 1 peers, one
 //! message each way per round, where an allgather or a direct exchange would
 //! have every rank talk to all N - 1 (13 MB of requests reached every rank of
@@ -34,16 +35,54 @@ impl Communicator {
             let mut distance = 1;
             while distance < n {
                 if r & distance != 0 {
-                    send_blocks(comm.link(r - distance)?, &header, &held)?;
+                    send_blocks(comm.link(r - distance)?, &header, KIND, &held)?;
                     return Ok(None);
                 }
                 if r + distance < n {
-                    held.extend(receive_blocks(comm.link(r + distance)?, &header, n)?);
+                    held.extend(receive_blocks(comm.link(r + distance)?, &header, KIND, n)?);
                 }
                 distance *= 2;
             }
             held.sort_unstable_by_key(|(rank, _)| *rank);
             Ok(Some(held.into_iter().map(|(_, block)| block).collect()))
+        })
+    }
+
+    /// Rank 0's `bytes` (`Some` there, `None` elsewhere) on every rank,
+    /// along the binomial tree of [`Communicator::gather_to_root`] run
+    /// backwards: a rank receives from the rank its lowest set bit away,
+    /// then sends to the ranks `2^k` above it for each lower bit `k`.
+    pub(crate) fn fan_out_from_root(&mut self, bytes: Option<Vec<u8>>) -> Result<Vec<u8>> {
+        const KIND: Kind = Kind::Fanout;
+        self.collective(|comm, seq| {
+            let header = Header::new(seq, KIND, u8::CODE, None, 0, 0);
+            let (n, r) = (comm.size(), comm.rank());
+            let lowest_bit = match r {
+                0 => n.next_power_of_two(),
+                _ => r & r.wrapping_neg(),
+            };
+            let held = match bytes {
+                Some(bytes) if r == 0 => vec![(0, bytes)],
+                _ if r == 0 => {
+                    return Err(Error::Unusable {
+                        cause: "rank 0 fanned out nothing".into(),
+                    })
+                }
+                _ => receive_blocks(comm.link(r - lowest_bit)?, &header, KIND, n)?,
+            };
+            let mut distance = lowest_bit / 2;
+            while distance > 0 {
+                if r + distance < n {
+                    send_blocks(comm.link(r + distance)?, &header, KIND, &held)?;
+                }
+                distance /= 2;
+            }
+            match <[_; 1]>::try_from(held) {
+                Ok([(0, bytes)]) => Ok(bytes),
+                _ => Err(Error::ControlMessage {
+                    detail: format!("rank {r} received a fan-out that is not rank 0's one block"),
+                }),
+            }
         })
     }
 
@@ -132,7 +171,7 @@ impl Communicator {
 
 /// Sends `header`, then the blocks: their total length, then each block's
 /// rank, length and bytes (integers u64, little-endian).
-fn send_blocks(to: &Link, header: &Header, blocks: &[(usize, Vec<u8>)]) -> Result<()> {
+fn send_blocks(to: &Link, header: &Header, kind: Kind, blocks: &[(usize, Vec<u8>)]) -> Result<()> {
     let mut body = Vec::with_capacity(blocks.iter().map(|(_, b)| 16 + b.len()).sum());
     for (rank, block) in blocks {
         body.extend_from_slice(&(*rank as u64).to_le_bytes());
@@ -141,20 +180,25 @@ fn send_blocks(to: &Link, header: &Header, blocks: &[(usize, Vec<u8>)]) -> Resul
     }
     let mut head = header.encode().to_vec();
     head.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    let during = Kind::Gather.name();
+    let during = kind.name();
     to.send(&head, during)?;
     to.send(&body, during)
 }
 
 /// Receives what [`send_blocks`] sent, checking the header and that every
 /// block names a rank of the job.
-fn receive_blocks(from: &Link, header: &Header, size: usize) -> Result<Vec<(usize, Vec<u8>)>> {
-    let during = Kind::Gather.name();
+fn receive_blocks(
+    from: &Link,
+    header: &Header,
+    kind: Kind,
+    size: usize,
+) -> Result<Vec<(usize, Vec<u8>)>> {
+    let during = kind.name();
     from.receive_header(header, during)?;
     let mut len = [0u8; 8];
     from.recv(&mut len, during)?;
     let garbled = |what: &str| Error::ControlMessage {
-        detail: format!("rank {} sent a gather with {what}", from.rank()),
+        detail: format!("rank {} sent a {during} with {what}", from.rank()),
     };
     let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| garbled("a huge length"))?;
     let mut body = vec![0u8; len];

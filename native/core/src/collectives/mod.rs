@@ -42,7 +42,7 @@ const INLINE_SEND_MAX: usize = 4096;
 /// The largest job whose ranks exchange small messages (headers, counts)
 /// directly with every peer, one round of N - 1 messages; beyond, they take
 /// ⌈log2 N⌉ rounds of recursive doubling with one peer each.
-const DIRECT_MAX: usize = 8;
+pub(crate) const DIRECT_RANKS_MAX: usize = 8;
 
 /// An allgather count no rank has reported yet (no block has that length).
 const UNKNOWN_COUNT: u64 = u64::MAX;
@@ -97,7 +97,7 @@ impl Communicator {
 
     /// Every rank's `count` in rank order (an allgather's block lengths);
     /// `header` is the collective's, checked on every message beyond
-    /// [`DIRECT_MAX`] ranks.
+    /// [`DIRECT_RANKS_MAX`] ranks.
     pub(crate) fn allgather_counts(
         &self,
         count: usize,
@@ -105,7 +105,7 @@ impl Communicator {
         kind: Kind,
     ) -> Result<Vec<usize>> {
         let n = self.size();
-        if n <= DIRECT_MAX {
+        if n <= DIRECT_RANKS_MAX {
             return self.exchange_counts(|_| count, kind);
         }
         let mut known = vec![UNKNOWN_COUNT; n];
@@ -228,6 +228,25 @@ pub(crate) fn on_mesh<R: Send + 'static>(
     size: usize,
     body: impl Fn(usize, &mut Communicator) -> Result<R> + Send + Sync + Clone + 'static,
 ) -> Vec<Result<R>> {
+    run_ranks(size, false, body)
+}
+
+/// [`on_mesh`] with each rank on a host of its own (`CommConfig::hostname`),
+/// as the ranks of a job across machines are.
+#[cfg(test)]
+pub(crate) fn on_hosts<R: Send + 'static>(
+    size: usize,
+    body: impl Fn(usize, &mut Communicator) -> Result<R> + Send + Sync + Clone + 'static,
+) -> Vec<Result<R>> {
+    run_ranks(size, true, body)
+}
+
+#[cfg(test)]
+fn run_ranks<R: Send + 'static>(
+    size: usize,
+    own_hosts: bool,
+    body: impl Fn(usize, &mut Communicator) -> Result<R> + Send + Sync + Clone + 'static,
+) -> Vec<Result<R>> {
     use crate::config::{CommConfig, TransportPolicy};
     use crate::rendezvous::{connect, Listener};
     use std::sync::mpsc;
@@ -248,8 +267,11 @@ pub(crate) fn on_mesh<R: Send + 'static>(
     };
     let (tx, rx) = mpsc::channel();
     for (rank, listener) in listeners.into_iter().enumerate() {
-        let (addresses, config, tx, body) =
+        let (addresses, mut config, tx, body) =
             (addresses.clone(), config.clone(), tx.clone(), body.clone());
+        if own_hosts {
+            config.hostname = Some(format!("host-{rank}"));
+        }
         thread::spawn(move || {
             let result = connect(listener, rank, &addresses, b"secret", &config)
                 .and_then(|mut comm| body(rank, &mut comm));
@@ -271,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_large_jobs_allgather_gathers_blocks_of_every_length() {
-        for size in [DIRECT_MAX, DIRECT_MAX + 1, DIRECT_MAX + 3] {
+        for size in [DIRECT_RANKS_MAX, DIRECT_RANKS_MAX + 1, DIRECT_RANKS_MAX + 3] {
             // Rank r contributes r elements of value r (rank 0 none).
             let results = on_mesh(size, |rank, comm| comm.allgather(&vec![rank as i32; rank]));
             let expected: Vec<i32> = (0..size).flat_map(|r| vec![r as i32; r]).collect();

@@ -27,7 +27,7 @@
 use super::Communicator;
 use crate::config::{CommConfig, TransportPolicy};
 use crate::error::Result;
-use crate::link::Link;
+use crate::mesh::Mesh;
 use crate::partition::segment;
 use crate::reduce::{Element, ReduceOp};
 use crate::shm;
@@ -71,7 +71,7 @@ impl Hierarchy {
     /// it at the same point of the rendezvous.
     pub(crate) fn build(
         rank: usize,
-        links: &[Option<Link>],
+        mesh: &Mesh,
         hosts: &[String],
         config: &CommConfig,
     ) -> Result<Option<Hierarchy>> {
@@ -84,11 +84,15 @@ impl Hierarchy {
             return Ok(None);
         };
         let local_hosts: Vec<String> = mine.iter().map(|&r| hosts[r].clone()).collect();
-        let local_links = sub_links(rank, mine, links)?;
-        let local_rank = position(mine, rank);
-        let local_shm = shm::negotiate(local_rank, &local_links, &local_hosts, config)?
+        let local_mesh = mesh.subset(mine);
+        let local_rank = local_mesh.rank();
+        let local_shm = shm::negotiate(local_rank, &local_mesh, &local_hosts, config)?
             .map(|shm| shm.without_spinning());
-        let local = Communicator::new(local_rank, mine.len(), local_links).with_shm(local_shm);
+        if local_shm.is_some() {
+            // Waits in shared memory watch every local peer's connection.
+            local_mesh.open_all()?;
+        }
+        let local = Communicator::over(local_mesh).with_shm(local_shm);
         // Equal hosts: local rank i of every host; else the leaders only.
         let equal = groups.iter().all(|g| g.len() == mine.len());
         let peers: Vec<usize> = if equal {
@@ -96,16 +100,9 @@ impl Hierarchy {
         } else {
             groups.iter().map(|g| g[0]).collect()
         };
-        let mut cross = if peers.contains(&rank) {
-            let cross_links = sub_links(rank, &peers, links)?;
-            Some(Communicator::new(
-                position(&peers, rank),
-                peers.len(),
-                cross_links,
-            ))
-        } else {
-            None
-        };
+        let mut cross = peers
+            .contains(&rank)
+            .then(|| Communicator::over(mesh.subset(&peers)));
         // Every host must take the same way: one without shared memory keeps
         // them all on the leaders' (each cross communicator spans every host).
         let sharded = match cross.as_mut().filter(|_| equal) {
@@ -178,29 +175,6 @@ impl Hierarchy {
         }
         Ok(())
     }
-}
-
-fn position(ranks: &[usize], rank: usize) -> usize {
-    ranks.iter().position(|&r| r == rank).unwrap_or(0)
-}
-
-/// Links to `members` (global ranks), indexed by position among them, each
-/// sharing the socket of the job's link.
-fn sub_links(rank: usize, members: &[usize], links: &[Option<Link>]) -> Result<Vec<Option<Link>>> {
-    members
-        .iter()
-        .map(|&member| {
-            if member == rank {
-                return Ok(None);
-            }
-            match links.get(member).and_then(Option::as_ref) {
-                Some(link) => link.try_clone().map(Some),
-                None => Err(crate::error::Error::Unusable {
-                    cause: format!("rank {rank} has no connection to rank {member}"),
-                }),
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::link::Link;
+use crate::mesh::Mesh;
 use crate::partition::segment as part;
 use crate::reduce::{Element, ReduceOp};
 use crate::spin::{self, SpinBudget};
@@ -120,7 +120,7 @@ impl ShmTransport {
     /// `links` are the communicator's connections, watched while waiting.
     pub(crate) fn allreduce<T: Element>(
         &mut self,
-        links: &[Option<Link>],
+        links: &Mesh,
         data: &mut [T],
         op: ReduceOp,
         header: &Header,
@@ -148,7 +148,7 @@ impl ShmTransport {
     /// into its data.
     fn allreduce_small<T: Element>(
         &mut self,
-        links: &[Option<Link>],
+        links: &Mesh,
         data: &mut [T],
         op: ReduceOp,
         header: &Header,
@@ -240,7 +240,7 @@ impl ShmTransport {
     }
 
     /// Returns once every rank has entered the barrier opened by `header`.
-    pub(crate) fn barrier(&mut self, links: &[Option<Link>], header: &Header) -> Result<()> {
+    pub(crate) fn barrier(&mut self, links: &Mesh, header: &Header) -> Result<()> {
         self.publish(header);
         self.complete_phase(links, header, "barrier", true)
     }
@@ -324,7 +324,7 @@ impl ShmTransport {
     /// the same one.
     fn complete_phase(
         &mut self,
-        links: &[Option<Link>],
+        links: &Mesh,
         header: &Header,
         during: &str,
         first: bool,
@@ -348,20 +348,14 @@ impl ShmTransport {
     }
 
     /// Waits until every rank has completed this rank's current phase.
-    fn wait_all(&self, links: &[Option<Link>], ours: &Header, during: &str) -> Result<()> {
+    fn wait_all(&self, links: &Mesh, ours: &Header, during: &str) -> Result<()> {
         for k in (0..self.size).filter(|&k| k != self.rank) {
             self.wait_for(links, k, ours, during)?;
         }
         Ok(())
     }
 
-    fn wait_for(
-        &self,
-        links: &[Option<Link>],
-        k: usize,
-        ours: &Header,
-        during: &str,
-    ) -> Result<()> {
+    fn wait_for(&self, links: &Mesh, k: usize, ours: &Header, during: &str) -> Result<()> {
         let control = self.segment.control(k);
         let target = self.phase;
         let reached = |seen: u32| seen.wrapping_sub(target) as i32 >= 0;
@@ -414,9 +408,9 @@ impl ShmTransport {
 
     /// Fails if a peer's connection is closed, a peer gave up, or a peer
     /// sent a TCP collective's header (it called another collective).
-    fn check_peers(&self, links: &[Option<Link>], ours: &Header, during: &str) -> Result<()> {
+    fn check_peers(&self, links: &Mesh, ours: &Header, during: &str) -> Result<()> {
         let mut pending = None;
-        for link in links.iter().flatten() {
+        for link in links.opened() {
             let mut bytes = [0u8; HEADER_LEN];
             if link.peek(&mut bytes, during)? == HEADER_LEN {
                 pending = Some((link.rank(), Header::decode(&bytes)));

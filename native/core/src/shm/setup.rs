@@ -1,11 +1,12 @@
 //! Deciding at connect whether a communicator uses shared memory, and
 //! setting the segment up.
 //!
-//! Runs on every communicator of more than one rank, over the authenticated
-//! links, whatever the configuration, so that ranks configured differently
-//! agree instead of waiting for each other:
+//! Runs on every communicator of more than one rank whose ranks are all on
+//! one host, over the authenticated links, whatever the configuration, so
+//! that ranks configured differently agree instead of waiting for each other
+//! (ranks on several hosts all know from the hosts' list that it is TCP):
 //! 1. every rank but 0 → rank 0: one byte, 1 if it wants shared memory
-//!    (transport `Auto` and every rank is on this rank's host);
+//!    (transport `Auto`);
 //! 2. rank 0 → each: the segment's name (u8 length, bytes; length 0 for
 //!    TCP), if all want it and rank 0 could create it;
 //! 3. each → rank 0: one byte, 1 if it mapped the segment;
@@ -20,8 +21,8 @@ use log::{debug, warn};
 use super::segment::{unlink, Segment};
 use super::{ShmTransport, SLOT_BYTES};
 use crate::config::{CommConfig, TransportPolicy};
-use crate::error::{Error, Result};
-use crate::link::Link;
+use crate::error::Result;
+use crate::mesh::Mesh;
 
 const DURING: &str = "shared memory setup";
 
@@ -38,17 +39,17 @@ impl Drop for Unlink {
 /// transport if every rank mapped the segment, `None` for TCP.
 pub(crate) fn negotiate(
     rank: usize,
-    links: &[Option<Link>],
+    links: &Mesh,
     hosts: &[String],
     config: &CommConfig,
 ) -> Result<Option<ShmTransport>> {
     let size = hosts.len();
-    let wants = config.transport != TransportPolicy::Tcp && hosts.iter().all(|h| *h == hosts[rank]);
-    let link = |peer: usize| {
-        links[peer].as_ref().ok_or_else(|| Error::Unusable {
-            cause: format!("rank {rank} has no connection to rank {peer}"),
-        })
-    };
+    if hosts.iter().any(|h| *h != hosts[0]) {
+        // No rank wants it, and every rank knows: nothing to agree on.
+        return Ok(None);
+    }
+    let wants = config.transport != TransportPolicy::Tcp;
+    let link = |peer: usize| links.link(peer);
     if rank != 0 {
         let to_root = link(0)?;
         to_root.send(&[u8::from(wants)], DURING)?;

@@ -25,7 +25,7 @@ use std::ops::Range;
 use super::copy::copy;
 use super::ShmTransport;
 use crate::error::Result;
-use crate::link::Link;
+use crate::mesh::Mesh;
 use crate::partition::segment as shard;
 use crate::reduce::{Element, ReduceOp};
 use crate::wire::Header;
@@ -36,7 +36,7 @@ impl ShmTransport {
     /// divided here (the caller divides by the ranks of the whole reduction).
     pub(crate) fn reduce_scatter_shards<T: Element>(
         &mut self,
-        links: &[Option<Link>],
+        links: &Mesh,
         data: &mut [T],
         op: ReduceOp,
         header: &Header,
@@ -74,7 +74,7 @@ impl ShmTransport {
     /// afterwards every rank holds every shard as its owner left it.
     pub(crate) fn allgather_shards<T: Element>(
         &mut self,
-        links: &[Option<Link>],
+        links: &Mesh,
         data: &mut [T],
         header: &Header,
     ) -> Result<()> {

@@ -1,11 +1,14 @@
 //! Allreduce over TCP, for ranks on several hosts (or `TransportPolicy::Tcp`).
 //!
-//! Three algorithms, chosen by message size so that every rank picks the
-//! same one (all ranks reduce the same number of bytes):
+//! Four algorithms, chosen by message size and job size so that every rank
+//! picks the same one (all ranks reduce the same number of bytes):
 //! - up to [`direct::DIRECT_MAX`] bytes, [`direct`] exchange: one hop, every
 //!   rank reduces everything;
 //! - up to [`OWNERS_MAX`] bytes, [`owners`]: direct reduce-scatter to the
 //!   segment owners, then direct allgather: two hops, ring traffic;
+//! - both only up to [`DIRECT_RANKS_MAX`] ranks, since every rank talks to
+//!   every other; beyond, [`doubling`] (recursive doubling: log2 N rounds
+//!   with one partner each);
 //! - larger, the pipelined [`ring`]: bandwidth-optimal, and its stream
 //!   keeps every link busy however many ranks there are.
 //!
@@ -17,10 +20,12 @@
 //! before any of their data is used.
 
 pub(crate) mod direct;
+pub(crate) mod doubling;
 pub(crate) mod owners;
 pub(crate) mod pump;
 pub(crate) mod ring;
 
+use crate::collectives::DIRECT_RANKS_MAX;
 use crate::error::Result;
 use crate::mesh::Mesh;
 use crate::reduce::{Element, ReduceOp};
@@ -39,7 +44,9 @@ pub(crate) fn allreduce<T: Element>(
     header: &Header,
 ) -> Result<()> {
     let bytes = std::mem::size_of_val(data);
-    if bytes <= direct::DIRECT_MAX {
+    if bytes <= OWNERS_MAX && mesh.size() > DIRECT_RANKS_MAX {
+        doubling::allreduce(mesh, data, op, header)
+    } else if bytes <= direct::DIRECT_MAX {
         direct::allreduce(mesh, data, op, header)
     } else if bytes <= OWNERS_MAX {
         owners::allreduce(mesh, data, op, header)

@@ -1,0 +1,214 @@
+//! The acceptor: a thread that takes peers' dials on this rank's listener
+//! for as long as its communicator lives, since a peer may open its link to
+//! this rank at any collective.
+//!
+//! Invariant, as at join: nothing a connection does ends the acceptor.
+//! Garbage, silence (bounded by the connect timeout), another protocol
+//! version and a wrong proof each drop that one connection, counted for the
+//! timeout messages of [`super::pairs`]; an authenticated peer that was
+//! given another job fails this rank's later claims, naming it. Each
+//! handshake runs on a short-lived thread of its own (at most
+//! [`MAX_HANDSHAKES`] at once, then on the acceptor's), so a silent
+//! connection does not hold up a genuine one.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use log::{debug, warn};
+
+use super::job::{prepare, Job};
+use super::pairs::{Admission, Pairs};
+use crate::doorbell::Doorbell;
+use crate::error::{Error, Result};
+use crate::handshake;
+use crate::link::Link;
+use crate::rendezvous::ACCEPT_RETRY_PAUSE;
+use crate::wire::{ACK, DECLINE, KIND_RANK};
+
+/// Handshakes run on threads of their own at once, at most.
+pub(crate) const MAX_HANDSHAKES: usize = 16;
+
+/// The acceptor's thread, stopped when dropped.
+pub(crate) struct Acceptor {
+    stopping: Arc<AtomicBool>,
+    doorbell: Arc<Doorbell>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Connections in their handshake, by id: shut down when the acceptor
+/// stops, so their threads end at once.
+#[derive(Default)]
+struct InFlight(Mutex<HashMap<u64, TcpStream>>);
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, TcpStream>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Acceptor {
+    /// Starts taking dials on `listener` for the rank `job` describes.
+    pub(crate) fn start(
+        listener: TcpListener,
+        job: Arc<Job>,
+        pairs: Arc<Pairs>,
+    ) -> Result<Acceptor> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("making the listener non-blocking", e))?;
+        let doorbell = Arc::new(
+            Doorbell::new().map_err(|e| Error::io("creating the acceptor's doorbell", e))?,
+        );
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (doorbell, stopping) = (Arc::clone(&doorbell), Arc::clone(&stopping));
+            thread::Builder::new()
+                .name("hvd-accept".into())
+                .spawn(move || accept_loop(&listener, &job, &pairs, &doorbell, &stopping))
+                .map_err(|e| Error::io("spawning the accept thread", e))?
+        };
+        Ok(Acceptor {
+            stopping,
+            doorbell,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Stops taking dials and waits for the thread; the listener closes, so
+    /// later dials are refused.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.doorbell.ring();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    job: &Arc<Job>,
+    pairs: &Arc<Pairs>,
+    doorbell: &Doorbell,
+    stopping: &AtomicBool,
+) {
+    let in_flight = Arc::new(InFlight::default());
+    let mut next_id = 0u64;
+    while !stopping.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                debug!("rank {}: connection from {from}", job.rank);
+                pairs.handshake_started();
+                let id = next_id;
+                next_id += 1;
+                let tracked = stream.try_clone().ok().map(|clone| {
+                    in_flight.lock().insert(id, clone);
+                });
+                let on_own_thread = tracked.is_some() && in_flight.lock().len() <= MAX_HANDSHAKES;
+                if !on_own_thread {
+                    take_dial(stream, from, job, pairs);
+                    in_flight.lock().remove(&id);
+                    pairs.handshake_ended();
+                    continue;
+                }
+                let (shared_job, shared_pairs, shared_in_flight) =
+                    (Arc::clone(job), Arc::clone(pairs), Arc::clone(&in_flight));
+                let spawned =
+                    thread::Builder::new()
+                        .name("hvd-handshake".into())
+                        .spawn(move || {
+                            take_dial(stream, from, &shared_job, &shared_pairs);
+                            shared_in_flight.lock().remove(&id);
+                            shared_pairs.handshake_ended();
+                        });
+                if let Err(e) = spawned {
+                    warn!("rank {}: dropping connection from {from}: {e}", job.rank);
+                    in_flight.lock().remove(&id);
+                    pairs.handshake_ended();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Err(e) = doorbell.wait(listener, None) {
+                    warn!("rank {}: waiting for connections failed: {e}", job.rank);
+                    thread::sleep(ACCEPT_RETRY_PAUSE);
+                }
+            }
+            Err(e) => {
+                // E.g. out of descriptors, or a connection reset before it
+                // was accepted: genuine peers can still come.
+                pairs.reject(format!("accept failed: {e}"));
+                thread::sleep(ACCEPT_RETRY_PAUSE);
+            }
+        }
+    }
+    for stream in in_flight.lock().values() {
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// The acceptor's side of the handshake with whoever dialled, then the
+/// pair's rule: admit the peer's link or decline it.
+fn take_dial(stream: TcpStream, from: SocketAddr, job: &Job, pairs: &Pairs) {
+    let deadline = Instant::now() + job.connect_timeout;
+    let reject = |what: String| pairs.reject(format!("connection from {from}: {what}"));
+    let io = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            "no complete handshake before the deadline".to_string()
+        }
+        io::ErrorKind::UnexpectedEof => "closed during the handshake".to_string(),
+        _ => format!("handshake failed: {e}"),
+    };
+    if let Err(e) = prepare(&stream, deadline) {
+        return reject(io(e));
+    }
+    let ours = match job.hello() {
+        Ok(hello) => hello,
+        Err(e) => return reject(e.to_string()),
+    };
+    let hello = match handshake::accept(&stream, &job.secret, &ours, KIND_RANK, io) {
+        Ok(hello) => hello,
+        Err(why) => return reject(why),
+    };
+    let peer = match job.check_peer(&hello, None) {
+        Ok(peer) => peer,
+        Err(error) => {
+            warn!("rank {}: {error}", job.rank);
+            return pairs.disagree(error);
+        }
+    };
+    // Step 4: admit the rank, or decline it.
+    let admission = pairs.admit(peer);
+    let answer = match admission {
+        Admission::Admit => ACK,
+        Admission::Decline => DECLINE,
+    };
+    let answered = (&stream).write_all(&[answer]).map_err(io);
+    if admission == Admission::Decline {
+        return;
+    }
+    let link = answered.and_then(|()| {
+        let link = Link::new(peer, stream, job.io_timeout).map_err(|e| e.to_string())?;
+        match &job.credentials {
+            Some(credentials) => link.encrypt(credentials, true).map_err(|e| e.to_string()),
+            None => Ok(link),
+        }
+    });
+    debug!("rank {}: admitted rank {peer}: {}", job.rank, link.is_ok());
+    pairs.arrived(peer, link);
+}
