@@ -14,9 +14,10 @@
 //!   the service's memory.
 //! * `join_*`, `first_allreduce`, `*_per_rank`: real ranks, as threads of
 //!   this process, joining through the service (`launch::join_json`, what
-//!   every launcher calls) on 127.0.0.1, then their first allreduce; the
-//!   sockets and threads the job added, per rank (`/proc/self/fd`,
-//!   `/proc/self/task`).
+//!   every launcher calls) on 127.0.0.1, each on a host of its own
+//!   (`HOROVOD_HOSTNAME`, as ranks across machines: TCP, no shared memory),
+//!   then their first allreduce; the sockets and threads the job added, per
+//!   rank (`/proc/self/fd`, `/proc/self/task`).
 //!
 //! * `small_broadcast`, `small_allgather`: a TCP mesh of threads
 //!   broadcasting one float32 (allgathering one from each rank), the median
@@ -43,7 +44,7 @@ use horovod_core::{
 const SECRET: &[u8] = b"horovod-bench-scale";
 const NEGOTIATION_RANKS: [usize; 4] = [64, 256, 1024, 4096];
 const SERVICE_RANKS: usize = 1024;
-const JOIN_RANKS: [usize; 5] = [2, 4, 8, 16, 32];
+const JOIN_RANKS: [usize; 6] = [2, 4, 8, 16, 32, 64];
 const BROADCAST_RANKS: [usize; 5] = [4, 8, 16, 32, 64];
 const BROADCASTS: usize = 200;
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -414,7 +415,15 @@ fn join(ranks: usize) -> Result<(), String> {
                     r#"{{"rank": {rank}, "size": {ranks},
                         "rendezvous": {{"service": {{"address": "{address}", "host": "127.0.0.1"}}}}}}"#
                 );
-                let result = join_json(&spec, |_| None, SECRET, None);
+                // A host each, as the ranks of a job across machines: no
+                // shared memory, links as such a job opens them.
+                let host = format!("host-{rank}");
+                let result = join_json(
+                    &spec,
+                    |name| (name == "HOROVOD_HOSTNAME").then(|| host.clone()),
+                    SECRET,
+                    None,
+                );
                 let join_time = started.elapsed();
                 joined.wait();
                 counted.wait();

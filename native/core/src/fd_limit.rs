@@ -24,23 +24,22 @@ use crate::error::{Error, Result};
 /// file.
 const SPARE: rlim_t = 16;
 
-/// Handshakes the acceptor may hold at once, each an accepted socket and its
-/// duplicate (`mesh::accept`).
-const HANDSHAKES: rlim_t = 2 * (crate::mesh::accept::MAX_HANDSHAKES as rlim_t + 1);
-
-/// Makes sure this process may open the links of a `size`-rank mesh,
-/// raising the soft limit to the hard one if that suffices.
+/// Makes sure this process may open the links of a `size`-rank mesh while
+/// its acceptor holds up to `handshakes` dials in their handshake, raising
+/// the soft limit to the hard one if that suffices.
 ///
 /// # Errors
 /// `Io` (too many open files) naming the limit, the descriptors the mesh
 /// needs and how to raise the limit, when even the hard limit is too low.
-pub(crate) fn ensure_room_for_mesh(size: usize) -> Result<()> {
+pub(crate) fn ensure_room_for_mesh(size: usize, handshakes: usize) -> Result<()> {
     let Some((soft, hard)) = limits() else {
         return Ok(()); // No limit to read: the sockets' own errors will say.
     };
     let open = open_descriptors();
     let links = size.saturating_sub(1) as rlim_t;
-    let needed = open + links + HANDSHAKES + SPARE;
+    // Each handshake in hand holds an accepted socket and its duplicate.
+    let in_handshakes = 2 * handshakes as rlim_t;
+    let needed = open + links + in_handshakes + SPARE;
     if needed <= soft {
         return Ok(());
     }
@@ -55,7 +54,7 @@ pub(crate) fn ensure_room_for_mesh(size: usize) -> Result<()> {
     Err(Error::Io {
         context: format!(
             "a job of {size} ranks needs {needed} file descriptors on this rank ({links} connections \
-             of the full mesh, which a collective such as alltoall opens, {HANDSHAKES} for \
+             of the full mesh, which a collective such as alltoall opens, {in_handshakes} for \
              handshakes in progress, {open} open already, {SPARE} spare), \
              more than the process's limit \
              RLIMIT_NOFILE allows (soft {soft}, hard {}); raise the hard limit to at least {needed} \

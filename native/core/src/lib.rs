@@ -4,8 +4,9 @@
 //! [`launch::join`] with one [`launch::RankSpec`]: it binds a [`Listener`],
 //! exchanges its "host:port" with the other ranks through the
 //! [`RendezvousService`] the Spark driver runs ([`exchange_entries`]), and
-//! [`connect`] turns the addresses into a [`Communicator`]: a full mesh of
-//! TCP connections, each authenticated both ways with the per-job secret.
+//! [`connect`] turns the addresses into a [`Communicator`] whose TCP
+//! connections, each authenticated both ways with the per-job secret, open
+//! when a collective first needs them (log2 N per rank for most jobs).
 //! The communicator then runs Horovod's collectives: allreduce (with scale
 //! factors, fp16 compression, grouped, or on untyped bytes), allgather,
 //! broadcast, alltoall, reducescatter and barrier, on eight element types
@@ -17,15 +18,17 @@
 //! `wire` (hello and header layouts), `handshake` (the authenticated
 //! exchange opening every connection), `rendezvous_service` (the driver's
 //! service gathering the ranks' addresses), `rendezvous` (listener,
-//! connect: the mesh's links), `doorbell` (waking an accept loop without a
+//! connect: joining a job), `net` (binding, dialling "host:port", bounds on
+//! waiting), `doorbell` (waking an accept loop without a
 //! polling pause), `fd_limit` (the descriptors a mesh needs, checked at
 //! join), `address` (the parts of "host:port"), `hosts` (which host each
 //! rank is on: its address's or `HOROVOD_HOSTNAME`),
 //! `config` (timeouts, transport policy, encryption), `link` (one connection
-//! and its error mapping), `mesh` (a link to every rank), `communicator` (a
+//! and its error mapping), `mesh` (the links to other ranks, each opened on
+//! first use: dialling, the acceptor, crossing dials), `communicator` (a
 //! rank's end of the mesh on the transports its policy and hosts allow:
 //! allreduce and barrier; its `hierarchy` levels), `tcp` (allreduce over
-//! TCP: direct, owners and pipelined ring), `shm` (allreduce and barrier
+//! TCP: direct, owners, recursive doubling and pipelined ring), `shm` (allreduce and barrier
 //! through shared memory), `partition` (the split of data into per-rank
 //! segments), `collectives` (the other collectives, one module each),
 //! `reduce` (operations and element types), `dtype` (element types at run
@@ -55,6 +58,7 @@ pub mod logging;
 mod mesh;
 mod millis;
 pub mod nccl;
+mod net;
 mod partition;
 mod reduce;
 mod rendezvous;

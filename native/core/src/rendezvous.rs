@@ -15,9 +15,8 @@
 //! own dial to the connector wins. An authenticated peer is then checked
 //! against this rank's job: byte order, job size, rank, encryption.
 
-use std::io;
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::time::Instant;
 
 use log::debug;
 
@@ -29,21 +28,13 @@ use crate::error::{Error, Result};
 use crate::fd_limit;
 use crate::handshake;
 use crate::hosts;
+use crate::mesh::accept::MAX_HANDSHAKES;
 use crate::mesh::dial::Dialler;
 use crate::mesh::job::Job;
 use crate::mesh::{Connections, Mesh};
+use crate::net::{self, MAX_TIMEOUT};
 use crate::spin;
 use crate::tls::Credentials;
-
-/// Pause after a failed accept (e.g. out of descriptors) before the next
-/// try: the listener stays readable, so waiting on it would not pause.
-pub(crate) const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(5);
-/// Longest pause between attempts to connect to a peer not listening yet.
-pub(crate) const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
-/// Longer timeouts are cut to this, so deadlines cannot overflow.
-pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
-/// Longest single TCP connect attempt.
-pub(crate) const MAX_CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
 /// This rank's listening socket, bound before the addresses are exchanged.
 #[derive(Debug)]
@@ -55,7 +46,7 @@ pub struct Listener {
 impl Listener {
     /// Binds a listener, e.g. on "0.0.0.0:0" (any interface, a free port).
     pub fn bind(addr: &str) -> Result<Listener> {
-        let (inner, port) = bind(addr, "a listener")?;
+        let (inner, port) = net::bind(addr, "a listener")?;
         debug!("listening on {addr}, port {port}");
         Ok(Listener { inner, port })
     }
@@ -64,29 +55,6 @@ impl Listener {
     pub fn port(&self) -> u16 {
         self.port
     }
-}
-
-/// Binds `what` (e.g. "a listener") to `addr`; returns it and its port.
-pub(crate) fn bind(addr: &str, what: &str) -> Result<(TcpListener, u16)> {
-    let listener = TcpListener::bind(addr).map_err(|e| {
-        if e.kind() == io::ErrorKind::InvalidInput {
-            Error::InvalidArgument(format!("cannot bind to {addr:?}: {e}"))
-        } else {
-            Error::io(format!("binding {what} on {addr}"), e)
-        }
-    })?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| Error::io(format!("reading the address of {what}"), e))?
-        .port();
-    Ok((listener, port))
-}
-
-/// Whether `address` looks like "host:port" with a non-zero port.
-pub(crate) fn is_host_port(address: &str) -> bool {
-    address
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
 }
 
 /// Joins rank `rank` to the job: a communicator whose links to the other
@@ -132,7 +100,7 @@ pub fn connect(
         return Ok(alone);
     }
     // Before any link: past the limit a collective would fail half open.
-    fd_limit::ensure_room_for_mesh(size)?;
+    fd_limit::ensure_room_for_mesh(size, MAX_HANDSHAKES + 1)?;
     let credentials = config.tls.then(|| Credentials::new(&secret)).transpose()?;
     let job = Job {
         rank,
@@ -166,7 +134,7 @@ fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()
     }
     handshake::check_rank(rank, size)?;
     for (peer, address) in addresses.iter().enumerate() {
-        if !is_host_port(address) {
+        if !net::is_host_port(address) {
             return Err(Error::InvalidArgument(format!(
                 "address of rank {peer} ({address:?}) is not host:port"
             )));
@@ -183,18 +151,6 @@ fn validate(rank: usize, addresses: &[String], config: &CommConfig) -> Result<()
     Ok(())
 }
 
-/// Opens a TCP connection to "host:port", trying each resolved address.
-pub(crate) fn open(address: &str, timeout: Duration) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
-    for addr in address.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(stream) => return Ok(stream),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +159,9 @@ mod tests {
     use crate::wire::{self, Hello};
     use crate::wire::{HELLO_LEN, PREFIX_LEN};
     use std::io::{Read, Write};
+    use std::net::TcpStream;
     use std::thread;
+    use std::time::Duration;
 
     fn config(connect_ms: u64) -> CommConfig {
         CommConfig {

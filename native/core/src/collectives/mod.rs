@@ -33,16 +33,12 @@ use std::thread;
 use crate::communicator::Communicator;
 use crate::error::{Error, FirstError, Result};
 use crate::link::Link;
+use crate::mesh::DIRECT_RANKS_MAX;
 use crate::wire::{Header, Kind};
 
 /// Messages up to this many bytes are written before receiving, on the
 /// calling thread: far below any TCP buffer, so such a write never blocks.
 const INLINE_SEND_MAX: usize = 4096;
-
-/// The largest job whose ranks exchange small messages (headers, counts)
-/// directly with every peer, one round of N - 1 messages; beyond, they take
-/// ⌈log2 N⌉ rounds of recursive doubling with one peer each.
-pub(crate) const DIRECT_RANKS_MAX: usize = 8;
 
 /// An allgather count no rank has reported yet (no block has that length).
 const UNKNOWN_COUNT: u64 = u64::MAX;

@@ -97,8 +97,8 @@ pub const SETTINGS: &[Setting] = &[
         }),
         target: Target::Spec(&["connect_timeout_ms"]),
         default: DefaultValue::Declared,
-        doc: "How long a rank may take to join its job: the address exchange, then connecting to and \
-              authenticating every other rank.",
+        doc: "How long a rank may take to join its job (the address exchange, then the links the join \
+              uses), and how long opening a link to another rank may take later.",
         parse_key: positive_millis,
         show: show_millis,
     },

@@ -27,7 +27,7 @@ use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::handshake;
 use crate::link::Link;
-use crate::rendezvous::ACCEPT_RETRY_PAUSE;
+use crate::net::ACCEPT_RETRY_PAUSE;
 use crate::wire::{ACK, DECLINE, KIND_RANK};
 
 /// Handshakes run on threads of their own at once, at most.

@@ -20,7 +20,7 @@ use super::pairs::{Claim, Pairs};
 use crate::error::{Error, Result};
 use crate::handshake::{self, Dialled};
 use crate::link::{io_error, Link};
-use crate::rendezvous::{open, MAX_CONNECT_ATTEMPT, MAX_RETRY_PAUSE};
+use crate::net::{open, MAX_CONNECT_ATTEMPT, MAX_RETRY_PAUSE};
 use crate::wire::{ACK, DECLINE, KIND_RANK};
 
 const DURING: &str = "the rendezvous handshake";

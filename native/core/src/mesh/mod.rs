@@ -25,6 +25,12 @@ use crate::error::{Error, Result};
 use crate::link::Link;
 use dial::Dialler;
 
+/// The largest job whose ranks exchange small messages (headers, counts,
+/// small allreduces) directly with every peer, one round of N - 1 messages;
+/// beyond, they take ⌈log2 N⌉ rounds of recursive doubling with one peer
+/// each, and so open log2 N links instead of N - 1.
+pub(crate) const DIRECT_RANKS_MAX: usize = 8;
+
 /// The links of one rank of a job, each opened when first needed.
 #[derive(Debug)]
 pub(crate) struct Connections {

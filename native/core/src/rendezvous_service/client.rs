@@ -10,7 +10,7 @@ use log::debug;
 use crate::auth::{self, Secret};
 use crate::error::{Error, Result};
 use crate::handshake::{self, Dialled};
-use crate::rendezvous::{self, MAX_CONNECT_ATTEMPT, MAX_TIMEOUT};
+use crate::net::{self, MAX_CONNECT_ATTEMPT, MAX_TIMEOUT};
 use crate::wire::{Hello, KIND_SERVICE, KIND_SERVICE_CLIENT};
 
 use super::frames::*;
@@ -75,7 +75,7 @@ fn validate(address: &str, rank: usize, size: usize, entry: &str, timeout: Durat
         return Err(Error::InvalidArgument("the job size is zero".into()));
     }
     handshake::check_rank(rank, size)?;
-    if !rendezvous::is_host_port(address) {
+    if !net::is_host_port(address) {
         return Err(Error::InvalidArgument(format!(
             "the rendezvous service address {address:?} is not host:port"
         )));
@@ -129,11 +129,10 @@ impl Client<'_> {
     fn reach(&self) -> Result<TcpStream> {
         let mut pause = Duration::from_millis(10);
         loop {
-            let failure =
-                match rendezvous::open(self.address, self.remaining().min(MAX_CONNECT_ATTEMPT)) {
-                    Ok(stream) => return Ok(stream),
-                    Err(e) => e,
-                };
+            let failure = match net::open(self.address, self.remaining().min(MAX_CONNECT_ATTEMPT)) {
+                Ok(stream) => return Ok(stream),
+                Err(e) => e,
+            };
             if Instant::now() >= self.deadline {
                 return Err(Error::Timeout {
                     what: format!(

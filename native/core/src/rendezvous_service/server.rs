@@ -14,7 +14,7 @@ use crate::auth::{self, Secret};
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::handshake;
-use crate::rendezvous::{self, ACCEPT_RETRY_PAUSE};
+use crate::net::{self, ACCEPT_RETRY_PAUSE};
 use crate::wire::{Hello, KIND_SERVICE, KIND_SERVICE_CLIENT};
 
 use super::frames::*;
@@ -58,7 +58,7 @@ impl RendezvousService {
         }
         // Its hello carries rank 0 and the job size.
         handshake::check_rank(0, size)?;
-        let (listener, port) = rendezvous::bind(bind_addr, "the rendezvous service")?;
+        let (listener, port) = net::bind(bind_addr, "the rendezvous service")?;
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("making the rendezvous service's listener non-blocking", e))?;

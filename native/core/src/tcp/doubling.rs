@@ -15,9 +15,9 @@
 //! payloads agree), hence, round by round, so do all `p` ranks, and the
 //! folded ranks take their result byte for byte.
 
-use crate::collectives::DIRECT_RANKS_MAX;
 use crate::error::Result;
 use crate::mesh::Mesh;
+use crate::mesh::DIRECT_RANKS_MAX;
 use crate::reduce::{as_bytes, as_bytes_mut, Element, ReduceOp};
 use crate::tcp::pump::{transfer, Flow};
 use crate::wire::Header;

@@ -25,9 +25,9 @@ pub(crate) mod owners;
 pub(crate) mod pump;
 pub(crate) mod ring;
 
-use crate::collectives::DIRECT_RANKS_MAX;
 use crate::error::Result;
 use crate::mesh::Mesh;
+use crate::mesh::DIRECT_RANKS_MAX;
 use crate::reduce::{Element, ReduceOp};
 use crate::wire::Header;
 
