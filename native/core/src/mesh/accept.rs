@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -160,6 +161,12 @@ fn accept_loop(
     for stream in in_flight.lock().values() {
         let _ = stream.shutdown(Shutdown::Both);
     }
+    // Stop listening even where a forked child (a data loader's worker)
+    // holds a copy of the descriptor: later dials are refused, not queued.
+    // SAFETY: the listener's descriptor is open while it is borrowed.
+    unsafe {
+        libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR);
+    }
 }
 
 /// The acceptor's side of the handshake with whoever dialled, then the
@@ -211,4 +218,32 @@ fn take_dial(stream: TcpStream, from: SocketAddr, job: &Job, pairs: &Pairs) {
     });
     debug!("rank {}: admitted rank {peer}: {}", job.rank, link.is_ok());
     pairs.arrived(peer, link);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Secret;
+    use std::time::Duration;
+
+    #[test]
+    fn a_stopped_acceptor_refuses_dials_though_a_copy_of_its_listener_lives() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // As a forked data-loader worker holds it.
+        let copy = listener.try_clone().unwrap();
+        let job = Arc::new(Job {
+            rank: 0,
+            size: 2,
+            secret: Secret::new(b"secret").unwrap(),
+            credentials: None,
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(5),
+        });
+        let acceptor = Acceptor::start(listener, job, Arc::new(Pairs::new(0, 2))).unwrap();
+        acceptor.stop();
+        let refused = TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+        drop(copy);
+    }
 }

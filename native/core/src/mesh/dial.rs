@@ -71,7 +71,7 @@ impl Dialler {
         let deadline = joining.unwrap_or_else(|| Instant::now() + self.job.connect_timeout);
         loop {
             match self.pairs.claim(peer, deadline)? {
-                Claim::Ready(link) => return Ok(link),
+                Claim::Ready(link) => return Ok(self.pairs.fitted(link)),
                 Claim::Dial => {}
             }
             let superseded = || self.pairs.superseded(peer);

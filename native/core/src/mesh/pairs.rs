@@ -288,7 +288,9 @@ impl Pairs {
         matches!(self.lock().peers[peer], Pair::Arriving | Pair::Arrived(_))
     }
 
-    /// `link` as this rank's links are made now (busy polling or not).
+    /// `link` as this rank's links are made now (busy polling or not), for
+    /// a link taken from the table or dialled: one that arrived before
+    /// [`Pairs::poll_busily`] is taken after it.
     pub(crate) fn fitted(&self, link: Link) -> Link {
         if self.lock().busy_polling {
             link.busy_polling()
