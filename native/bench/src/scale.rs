@@ -44,7 +44,7 @@ use horovod_core::{
 const SECRET: &[u8] = b"horovod-bench-scale";
 const NEGOTIATION_RANKS: [usize; 4] = [64, 256, 1024, 4096];
 const SERVICE_RANKS: usize = 1024;
-const JOIN_RANKS: [usize; 6] = [2, 4, 8, 16, 32, 64];
+const JOIN_RANKS: [usize; 8] = [2, 4, 8, 16, 32, 64, 256, 1024];
 const BROADCAST_RANKS: [usize; 5] = [4, 8, 16, 32, 64];
 const BROADCASTS: usize = 200;
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -96,7 +96,7 @@ fn run(args: &[String]) -> Result<(), String> {
         service(SERVICE_RANKS)?;
     }
     if wanted("join") {
-        for ranks in JOIN_RANKS {
+        for ranks in join_ranks()? {
             join(ranks)?;
         }
     }
@@ -106,6 +106,21 @@ fn run(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// [`JOIN_RANKS`], or the sizes `HOROVOD_BENCH_JOIN_RANKS` lists ("256,1024").
+fn join_ranks() -> Result<Vec<usize>, String> {
+    match std::env::var("HOROVOD_BENCH_JOIN_RANKS") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim().parse().map_err(|_| {
+                    format!("HOROVOD_BENCH_JOIN_RANKS: {n:?} is not a number of ranks")
+                })
+            })
+            .collect(),
+        Err(_) => Ok(JOIN_RANKS.to_vec()),
+    }
 }
 
 fn row(what: &str, ranks: usize, value: f64, unit: &str) {
