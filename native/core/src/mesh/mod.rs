@@ -7,8 +7,9 @@
 //! each other at once keep one connection ([`pairs`]). So a rank holds the
 //! links its collectives use (the ring's neighbours, the log2 N partners of
 //! recursive doubling and the binomial trees, its host's ranks) and not a
-//! link to every rank: sockets per rank grow with log2 N, not N, until a
-//! collective that talks to everyone (alltoall) runs.
+//! link to every rank: beyond [`DIRECT_RANKS_MAX`] ranks, sockets per rank
+//! grow with log2 N, not N, until a collective that talks to everyone
+//! (alltoall) runs.
 //!
 //! A [`Mesh`] is one communicator's view of the connections: the job's
 //! ranks, or a subset (a hierarchy's level) numbered in its own order,
