@@ -58,7 +58,7 @@ BENCH_GLOO      ?= 0
 BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build java-test integration-test lint jar jars \
-        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator tools spark-envs clean \
+        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator bench-trainer tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
         $(addprefix pyspark-test-,$(TESTED_LINES)) $(addprefix pyspark-connect-test-,$(TESTED_LINES))
@@ -573,6 +573,18 @@ bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
 	  for impl in keras keras_none; do TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) \
 	    python/bench/bench_python.py --impl $$impl 2>/dev/null | sed 's/^\[0\]<stdout>://'; done; \
 	done
+
+# The native trainer (candle) against torch on bench-estimator's MLP, one process each, the same
+# rows and batches, at 1 and 2 threads, rounds alternating them; CSV
+# trainer,<impl>,<threads>,<steps_per_s>,<loss> (docs/estimator.md).
+TRAINER_ARGS ?= 51200 2 256 256
+bench-trainer: $(VENV)/.torch
+	cargo build --release -p horovod-bench --bin horovod-bench-train
+	@echo "trainer,impl,threads,steps_per_s,loss"
+	@for round in $$(seq $(BENCH_ROUNDS)); do for threads in 1 2; do \
+	  RAYON_NUM_THREADS=$$threads ./target/release/horovod-bench-train $(TRAINER_ARGS); \
+	  OMP_NUM_THREADS=$$threads $(PYTHON) examples/bench/bench_trainer.py $(TRAINER_ARGS) --threads $$threads; \
+	done; done
 
 # A Rossmann-like DataFrame (18 categorical + 18 continuous columns) into the
 # trainer's tensors on every rank: Arrow straight from the executors versus a

@@ -9,13 +9,14 @@
 //! runs a trained model. docs/model-spec.md documents the JSON formats.
 //!
 //! Modules, one job each: `spec` (the model's JSON and its checks), `model`
-//! (parameters and the forward pass), `loss` (losses and metrics), `optim`
+//! (parameters and the forward pass), `bias` (a dense layer's bias add), `loss` (losses and metrics), `optim`
 //! (SGD, Adam, AdamW), `config` (the training config), `shuffle` (the shuffle
 //! buffer), `collectives` (what the trainer needs from other ranks), `blob`
 //! (checkpoint and model bytes), `trainer`, `predictor`.
 
 #![warn(missing_docs)]
 
+mod bias;
 mod blob;
 mod collectives;
 mod config;

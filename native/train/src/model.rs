@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::bias::add_bias;
 use crate::error::{Error, Result};
 use crate::spec::{Activation, InputType, Layer, ModelSpec, Node};
 
@@ -266,10 +267,9 @@ impl Model {
             let batch = x.dim(0)?;
             let p = |kind: &str| &tensors[self.index[&format!("{}/{kind}", node.name)]];
             let y = match &node.layer {
-                Layer::Dense { activation, .. } => activate(
-                    &x.matmul(p("kernel"))?.broadcast_add(p("bias"))?,
-                    *activation,
-                )?,
+                Layer::Dense { activation, .. } => {
+                    activate(&add_bias(&x.matmul(p("kernel"))?, p("bias"))?, *activation)?
+                }
                 Layer::Embedding { .. } => {
                     let ids = x.flatten_all()?.to_dtype(DType::U32)?;
                     p("embeddings")
