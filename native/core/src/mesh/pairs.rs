@@ -122,14 +122,7 @@ impl Pairs {
     pub(crate) fn arrived(&self, peer: usize, link: std::result::Result<Link, String>) {
         let mut table = self.lock();
         match link {
-            Ok(link) if !table.closed => {
-                let link = if table.busy_polling {
-                    link.busy_polling()
-                } else {
-                    link
-                };
-                table.peers[peer] = Pair::Arrived(link);
-            }
+            Ok(link) if !table.closed => table.peers[peer] = Pair::Arrived(link),
             Ok(link) => link.shutdown(),
             Err(reason) => {
                 table.peers[peer] = Pair::Idle;
