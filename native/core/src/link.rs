@@ -51,19 +51,28 @@ impl Link {
         stream
             .set_nodelay(true)
             .map_err(|e| Error::io(context(), e))?;
-        stream
-            .set_read_timeout(Some(io_timeout))
-            .map_err(|e| Error::io(context(), e))?;
-        stream
-            .set_write_timeout(Some(io_timeout))
-            .map_err(|e| Error::io(context(), e))?;
-        Ok(Link {
+        Link {
             rank,
             stream,
             io_timeout,
             spin: None,
             tls: None,
-        })
+        }
+        .with_io_timeout(io_timeout)
+    }
+
+    /// This link with read and write timeouts of `io_timeout` (one made
+    /// with its handshake's deadline, once the handshake is done).
+    pub(crate) fn with_io_timeout(mut self, io_timeout: Duration) -> Result<Link> {
+        let context = || format!("configuring the connection to rank {}", self.rank);
+        self.stream
+            .set_read_timeout(Some(io_timeout))
+            .map_err(|e| Error::io(context(), e))?;
+        self.stream
+            .set_write_timeout(Some(io_timeout))
+            .map_err(|e| Error::io(context(), e))?;
+        self.io_timeout = io_timeout;
+        Ok(self)
     }
 
     /// This link, encrypted: runs the TLS handshake with the peer, as the

@@ -7,9 +7,10 @@
 //! version and a wrong proof each drop that one connection, counted for the
 //! timeout messages of [`super::pairs`]; an authenticated peer that was
 //! given another job fails this rank's later claims, naming it. Each
-//! handshake runs on a short-lived thread of its own (at most
-//! [`MAX_HANDSHAKES`] at once, then on the acceptor's), so a silent
-//! connection does not hold up a genuine one.
+//! handshake runs on a short-lived thread of its own, so a silent
+//! connection does not hold up a genuine one; past [`MAX_HANDSHAKES`] at
+//! once, connections are dropped, and the acceptor itself never waits on
+//! a connection, so stopping it is prompt.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -18,11 +19,11 @@ use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
-use super::job::{prepare, Job};
+use super::job::{prepare, remaining, Job};
 use super::pairs::{Admission, Pairs};
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
@@ -31,13 +32,18 @@ use crate::link::Link;
 use crate::net::ACCEPT_RETRY_PAUSE;
 use crate::wire::{ACK, DECLINE, KIND_RANK};
 
-/// Handshakes run on threads of their own at once, at most.
+/// Handshakes in progress at once, at most, each on a thread of its own;
+/// connections beyond are dropped.
 pub(crate) const MAX_HANDSHAKES: usize = 16;
+
+/// Longest pause between accepts while accepting keeps failing.
+const MAX_ACCEPT_PAUSE: Duration = Duration::from_secs(1);
 
 /// The acceptor's thread, stopped when dropped.
 pub(crate) struct Acceptor {
     stopping: Arc<AtomicBool>,
     doorbell: Arc<Doorbell>,
+    in_flight: Arc<InFlight>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -49,6 +55,12 @@ struct InFlight(Mutex<HashMap<u64, TcpStream>>);
 impl InFlight {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, TcpStream>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn shut_down(&self) {
+        for stream in self.lock().values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
     }
 }
 
@@ -66,24 +78,33 @@ impl Acceptor {
             Doorbell::new().map_err(|e| Error::io("creating the acceptor's doorbell", e))?,
         );
         let stopping = Arc::new(AtomicBool::new(false));
+        let in_flight = Arc::new(InFlight::default());
         let thread = {
-            let (doorbell, stopping) = (Arc::clone(&doorbell), Arc::clone(&stopping));
+            let (doorbell, stopping, in_flight) = (
+                Arc::clone(&doorbell),
+                Arc::clone(&stopping),
+                Arc::clone(&in_flight),
+            );
             thread::Builder::new()
                 .name("hvd-accept".into())
-                .spawn(move || accept_loop(&listener, &job, &pairs, &doorbell, &stopping))
+                .spawn(move || {
+                    accept_loop(&listener, &job, &pairs, &doorbell, &stopping, &in_flight)
+                })
                 .map_err(|e| Error::io("spawning the accept thread", e))?
         };
         Ok(Acceptor {
             stopping,
             doorbell,
+            in_flight,
             thread: Mutex::new(Some(thread)),
         })
     }
 
     /// Stops taking dials and waits for the thread; the listener closes, so
-    /// later dials are refused.
+    /// later dials are refused, and the handshakes in progress end at once.
     pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.in_flight.shut_down();
         self.doorbell.ring();
         let thread = self
             .thread
@@ -108,28 +129,34 @@ fn accept_loop(
     pairs: &Arc<Pairs>,
     doorbell: &Doorbell,
     stopping: &AtomicBool,
+    in_flight: &Arc<InFlight>,
 ) {
-    let in_flight = Arc::new(InFlight::default());
     let mut next_id = 0u64;
+    let mut pause = ACCEPT_RETRY_PAUSE;
     while !stopping.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, from)) => {
+                pause = ACCEPT_RETRY_PAUSE;
                 debug!("rank {}: connection from {from}", job.rank);
-                pairs.handshake_started();
                 let id = next_id;
                 next_id += 1;
-                let tracked = stream.try_clone().ok().map(|clone| {
-                    in_flight.lock().insert(id, clone);
-                });
-                let on_own_thread = tracked.is_some() && in_flight.lock().len() <= MAX_HANDSHAKES;
-                if !on_own_thread {
-                    take_dial(stream, from, job, pairs);
-                    in_flight.lock().remove(&id);
-                    pairs.handshake_ended();
+                // Without a clone the handshake could not be ended when the
+                // acceptor stops; past the limit, a flood of silent
+                // connections would hold the genuine dials up.
+                let admitted = in_flight.lock().len() < MAX_HANDSHAKES
+                    && stream
+                        .try_clone()
+                        .map(|clone| in_flight.lock().insert(id, clone))
+                        .is_ok();
+                if !admitted {
+                    pairs.reject(format!(
+                        "connection from {from}: dropped, {MAX_HANDSHAKES} handshakes in progress"
+                    ));
                     continue;
                 }
+                pairs.handshake_started();
                 let (shared_job, shared_pairs, shared_in_flight) =
-                    (Arc::clone(job), Arc::clone(pairs), Arc::clone(&in_flight));
+                    (Arc::clone(job), Arc::clone(pairs), Arc::clone(in_flight));
                 let spawned =
                     thread::Builder::new()
                         .name("hvd-handshake".into())
@@ -152,15 +179,15 @@ fn accept_loop(
             }
             Err(e) => {
                 // E.g. out of descriptors, or a connection reset before it
-                // was accepted: genuine peers can still come.
+                // was accepted: genuine peers can still come. The listener
+                // stays readable, so back off while it keeps failing.
                 pairs.reject(format!("accept failed: {e}"));
-                thread::sleep(ACCEPT_RETRY_PAUSE);
+                thread::sleep(pause);
+                pause = (pause * 2).min(MAX_ACCEPT_PAUSE);
             }
         }
     }
-    for stream in in_flight.lock().values() {
-        let _ = stream.shutdown(Shutdown::Both);
-    }
+    in_flight.shut_down();
     // Stop listening even where a forked child (a data loader's worker)
     // holds a copy of the descriptor: later dials are refused, not queued.
     // SAFETY: the listener's descriptor is open while it is borrowed.
@@ -204,17 +231,21 @@ fn take_dial(stream: TcpStream, from: SocketAddr, job: &Job, pairs: &Pairs) {
     let answer = match admission {
         Admission::Admit => ACK,
         Admission::Decline => DECLINE,
+        // Closed: the connector sees the connection end, a lost peer.
+        Admission::Refuse => return,
     };
     let answered = (&stream).write_all(&[answer]).map_err(io);
     if admission == Admission::Decline {
         return;
     }
     let link = answered.and_then(|()| {
-        let link = Link::new(peer, stream, job.io_timeout).map_err(|e| e.to_string())?;
-        match &job.credentials {
-            Some(credentials) => link.encrypt(credentials, true).map_err(|e| e.to_string()),
-            None => Ok(link),
+        // The TLS handshake, if any, within the dial's deadline too.
+        let mut link = Link::new(peer, stream, remaining(deadline)).map_err(|e| e.to_string())?;
+        if let Some(credentials) = &job.credentials {
+            link = link.encrypt(credentials, true).map_err(|e| e.to_string())?;
         }
+        link.with_io_timeout(job.io_timeout)
+            .map_err(|e| e.to_string())
     });
     debug!("rank {}: admitted rank {peer}: {}", job.rank, link.is_ok());
     pairs.arrived(peer, link);
@@ -226,24 +257,56 @@ mod tests {
     use crate::auth::Secret;
     use std::time::Duration;
 
+    fn job(connect_timeout: Duration) -> Arc<Job> {
+        Arc::new(Job {
+            rank: 0,
+            size: 2,
+            secret: Secret::new(b"secret").unwrap(),
+            credentials: None,
+            connect_timeout,
+            io_timeout: connect_timeout,
+        })
+    }
+
     #[test]
     fn a_stopped_acceptor_refuses_dials_though_a_copy_of_its_listener_lives() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         // As a forked data-loader worker holds it.
         let copy = listener.try_clone().unwrap();
-        let job = Arc::new(Job {
-            rank: 0,
-            size: 2,
-            secret: Secret::new(b"secret").unwrap(),
-            credentials: None,
-            connect_timeout: Duration::from_secs(5),
-            io_timeout: Duration::from_secs(5),
-        });
+        let job = job(Duration::from_secs(5));
         let acceptor = Acceptor::start(listener, job, Arc::new(Pairs::new(0, 2))).unwrap();
         acceptor.stop();
         let refused = TcpStream::connect(("127.0.0.1", port)).unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
         drop(copy);
+    }
+
+    #[test]
+    fn silent_connections_neither_hold_up_stopping_nor_pile_up() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let pairs = Arc::new(Pairs::new(0, 2));
+        // Silent connections would each hold a handshake for a minute.
+        let acceptor =
+            Acceptor::start(listener, job(Duration::from_secs(60)), Arc::clone(&pairs)).unwrap();
+        let silent: Vec<TcpStream> = (0..MAX_HANDSHAKES + 4)
+            .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while acceptor.in_flight.lock().len() < MAX_HANDSHAKES && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(acceptor.in_flight.lock().len(), MAX_HANDSHAKES);
+        // Stopping ends the handshakes in progress: far sooner than their
+        // minute.
+        let started = Instant::now();
+        acceptor.stop();
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(silent);
     }
 }

@@ -179,11 +179,12 @@ fn dial(
         return Ok(None);
     }
     debug!("rank {}: authenticated rank {peer} at {address}", job.rank);
-    let link = Link::new(peer, stream, job.io_timeout)?;
-    match &job.credentials {
-        Some(credentials) => link.encrypt(credentials, false).map(Some),
-        None => Ok(Some(link)),
+    // The TLS handshake, if any, within the dial's deadline too.
+    let mut link = Link::new(peer, stream, remaining(deadline))?;
+    if let Some(credentials) = &job.credentials {
+        link = link.encrypt(credentials, false)?;
     }
+    link.with_io_timeout(job.io_timeout).map(Some)
 }
 
 /// The connector's side of the handshake with rank `peer`: true once the

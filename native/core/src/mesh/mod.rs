@@ -113,11 +113,13 @@ impl Connections {
     /// Shuts every link down, so peers blocked on this rank fail at once,
     /// and stops opening links.
     fn shutdown(&self) {
-        if let Some(dialler) = &self.dialler {
-            dialler.close();
-        }
+        // The links first: peers blocked on this rank fail before anything
+        // here waits for the acceptor.
         for link in self.cells.iter().filter_map(OnceLock::get) {
             link.shutdown();
+        }
+        if let Some(dialler) = &self.dialler {
+            dialler.close();
         }
     }
 }

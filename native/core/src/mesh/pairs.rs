@@ -37,7 +37,10 @@ enum Pair {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
     Admit,
+    /// This rank's own dial to the peer wins, or the pair is in use.
     Decline,
+    /// This rank is closed: no answer, the connection ends.
+    Refuse,
 }
 
 /// What the thread that needs a link to a peer does next.
@@ -96,7 +99,7 @@ impl Pairs {
     pub(crate) fn admit(&self, peer: usize) -> Admission {
         let mut table = self.lock();
         if table.closed {
-            return Admission::Decline;
+            return Admission::Refuse;
         }
         let admit = match table.peers[peer] {
             Pair::Idle | Pair::Awaiting => true,
@@ -358,6 +361,9 @@ mod tests {
         // The claim waits for rank 3's admitted dial, then takes it.
         pairs.arrived(3, Ok(link_to(3)));
         assert!(matches!(pairs.claim(3, far).unwrap(), Claim::Ready(link) if link.rank() == 3));
+        // Closed: dials get no answer at all (a lost peer to the dialler).
+        pairs.close();
+        assert_eq!(pairs.admit(1), Admission::Refuse);
     }
 
     #[test]
