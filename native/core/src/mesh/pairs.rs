@@ -8,7 +8,8 @@
 //! peer dials first. Two ranks may dial each other at once: each acceptor
 //! then sees a dial while its own rank is `Dialling`, and the higher rank's
 //! dial wins (the lower rank admits it; the higher declines the lower's, and
-//! the lower then waits, `Awaiting`, for the dial it admitted). The state
+//! the lower then waits, `Awaiting`, for the dial it admitted, dialling
+//! again each [`REDIAL`] in case that dial failed or the peer ended). The state
 //! changes under one lock, so exactly one of the two connections survives.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -23,8 +24,9 @@ enum Pair {
     Idle,
     /// This rank is dialling the peer.
     Dialling,
-    /// The peer declined this rank's dial: its own dial is on the way.
-    Awaiting,
+    /// The peer declined this rank's dial, since: its own dial is on the
+    /// way.
+    Awaiting(Instant),
     /// The acceptor admitted the peer's dial and is finishing it.
     Arriving,
     /// The peer's dial, admitted, until this rank first needs it.
@@ -50,6 +52,10 @@ pub(crate) enum Claim {
     /// Dial it: this rank now holds the pair in `Dialling`.
     Dial,
 }
+
+/// How long a rank declined in favour of the peer's crossing dial waits
+/// for it before it dials again.
+const REDIAL: Duration = Duration::from_secs(1);
 
 pub(crate) struct Pairs {
     rank: usize,
@@ -102,7 +108,7 @@ impl Pairs {
             return Admission::Refuse;
         }
         let admit = match table.peers[peer] {
-            Pair::Idle | Pair::Awaiting => true,
+            Pair::Idle | Pair::Awaiting(_) => true,
             // Crossing dials: the higher rank's wins.
             Pair::Dialling => peer > self.rank,
             Pair::Arriving | Pair::Arrived(_) | Pair::Taken => {
@@ -239,9 +245,19 @@ impl Pairs {
                 }
                 other => other,
             };
-            let declined = matches!(waiting, Pair::Awaiting);
-            table.peers[peer] = waiting;
             let now = Instant::now();
+            let declined_at = match waiting {
+                Pair::Awaiting(at) => Some(at),
+                _ => None,
+            };
+            if declined_at.is_some_and(|at| now >= at + REDIAL) && now < deadline {
+                // The peer's dial is long in coming: if it failed, or the
+                // peer ended, a new dial learns so (admitted, or refused).
+                table.peers[peer] = Pair::Dialling;
+                return Ok(Claim::Dial);
+            }
+            let declined = declined_at.is_some();
+            table.peers[peer] = waiting;
             if now >= deadline {
                 let what = if declined {
                     format!(
@@ -256,9 +272,10 @@ impl Pairs {
                     rank: Some(peer),
                 });
             }
+            let until = declined_at.map_or(deadline, |at| deadline.min(at + REDIAL));
             table = self
                 .changed
-                .wait_timeout(table, deadline - now)
+                .wait_timeout(table, until.saturating_duration_since(now))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -271,7 +288,7 @@ impl Pairs {
         if matches!(table.peers[peer], Pair::Dialling) {
             table.peers[peer] = match outcome {
                 Ok(Some(_)) => Pair::Taken,
-                Ok(None) => Pair::Awaiting,
+                Ok(None) => Pair::Awaiting(Instant::now()),
                 Err(_) => Pair::Idle,
             };
         }
@@ -386,6 +403,18 @@ mod tests {
             message.contains("1 connection attempt(s) rejected"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_declined_rank_dials_again_when_the_crossing_dial_is_long_in_coming() {
+        let pairs = Pairs::new(0, 2);
+        let far = Instant::now() + Duration::from_secs(30);
+        assert!(matches!(pairs.claim(1, far).unwrap(), Claim::Dial));
+        pairs.dialled(1, &Ok(None));
+        let started = Instant::now();
+        assert!(matches!(pairs.claim(1, far).unwrap(), Claim::Dial));
+        let waited = started.elapsed();
+        assert!(waited >= REDIAL && waited < 10 * REDIAL, "{waited:?}");
     }
 
     #[test]
