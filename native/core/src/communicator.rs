@@ -88,10 +88,6 @@ impl Communicator {
             1 => None,
             _ => shm::negotiate(rank, &self.mesh, &hosts, config)?,
         };
-        if shm.is_some() {
-            // Waits in shared memory watch every peer's connection.
-            self.mesh.open_all()?;
-        }
         let hierarchy = match shm {
             Some(_) => None,
             None => Hierarchy::build(rank, &self.mesh, &hosts, config)?,
@@ -196,8 +192,8 @@ impl Communicator {
     ) -> Result<()> {
         let len = data.len();
         let header = |seq| Header::new(seq, Kind::Reducescatter, T::CODE, Some(op), len, 0);
-        self.on_shards(header, |shm, links, header| {
-            shm.reduce_scatter_shards(links, data, op, header)
+        self.on_shards(header, |shm, mesh, header| {
+            shm.reduce_scatter_shards(mesh, data, op, header)
         })
     }
 
@@ -205,8 +201,8 @@ impl Communicator {
     pub(crate) fn allgather_shards<T: Element>(&mut self, data: &mut [T]) -> Result<()> {
         let len = data.len();
         let header = |seq| Header::new(seq, Kind::Allgather, T::CODE, None, len, 0);
-        self.on_shards(header, |shm, links, header| {
-            shm.allgather_shards(links, data, header)
+        self.on_shards(header, |shm, mesh, header| {
+            shm.allgather_shards(mesh, data, header)
         })
     }
 

@@ -16,7 +16,6 @@
 //! against this rank's job: byte order, job size, rank, encryption.
 
 use std::net::TcpListener;
-use std::time::Instant;
 
 use log::debug;
 
@@ -100,6 +99,7 @@ pub fn connect(
         return Ok(alone);
     }
     // Before any link: past the limit a collective would fail half open.
+    // The acceptor's handshakes, and the connection it has just accepted.
     fd_limit::ensure_room_for_mesh(size, MAX_HANDSHAKES + 1)?;
     let credentials = config.tls.then(|| Credentials::new(&secret)).transpose()?;
     let job = Job {
@@ -110,8 +110,7 @@ pub fn connect(
         connect_timeout: config.connect_timeout.min(MAX_TIMEOUT),
         io_timeout: config.io_timeout.min(MAX_TIMEOUT),
     };
-    let join_deadline = Instant::now() + job.connect_timeout;
-    let dialler = Dialler::start(listener.inner, addresses.to_vec(), job, join_deadline)?;
+    let dialler = Dialler::start(listener.inner, addresses.to_vec(), job)?;
     let mut comm = Communicator::over(Mesh::over(Connections::dialling(rank, size, dialler)));
     let hosts = hosts::exchange(&mut comm, &mine)?;
     if cores_for_each(rank, &hosts) {
@@ -161,7 +160,7 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpStream;
     use std::thread;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     fn config(connect_ms: u64) -> CommConfig {
         CommConfig {

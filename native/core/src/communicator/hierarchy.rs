@@ -88,10 +88,6 @@ impl Hierarchy {
         let local_rank = local_mesh.rank();
         let local_shm = shm::negotiate(local_rank, &local_mesh, &local_hosts, config)?
             .map(|shm| shm.without_spinning());
-        if local_shm.is_some() {
-            // Waits in shared memory watch every local peer's connection.
-            local_mesh.open_all()?;
-        }
         let local = Communicator::over(local_mesh).with_shm(local_shm);
         // Equal hosts: local rank i of every host; else the leaders only.
         let equal = groups.iter().all(|g| g.len() == mine.len());

@@ -43,13 +43,13 @@ pub(crate) struct Dialler {
 
 impl Dialler {
     /// Starts taking the peers' dials on `listener`; dials made before
-    /// [`Dialler::joined`] may take until `join_deadline`.
+    /// [`Dialler::joined`] may take until the connect timeout from now.
     pub(crate) fn start(
         listener: TcpListener,
         addresses: Vec<String>,
         job: Job,
-        join_deadline: Instant,
     ) -> Result<Dialler> {
+        let join_deadline = Instant::now() + job.connect_timeout;
         let job = Arc::new(job);
         let pairs = Arc::new(Pairs::new(job.rank, job.size));
         let acceptor = Acceptor::start(listener, Arc::clone(&job), Arc::clone(&pairs))?;

@@ -117,17 +117,17 @@ impl ShmTransport {
     }
 
     /// Allreduce of `data` with `op` among all ranks, opened by `header`.
-    /// `links` are the communicator's connections, watched while waiting.
+    /// `mesh` holds the communicator's connections, watched while waiting.
     pub(crate) fn allreduce<T: Element>(
         &mut self,
-        links: &Mesh,
+        mesh: &Mesh,
         data: &mut [T],
         op: ReduceOp,
         header: &Header,
     ) -> Result<()> {
         self.publish(header);
         if std::mem::size_of_val(data) <= SMALL_MAX {
-            return self.allreduce_small(links, data, op, header);
+            return self.allreduce_small(mesh, data, op, header);
         }
         let chunk_elems = self.segment.slot_bytes() / std::mem::size_of::<T>();
         for (c, chunk) in data.chunks_mut(chunk_elems).enumerate() {
@@ -135,9 +135,9 @@ impl ShmTransport {
             // SAFETY (the three steps): each runs where its docs say, on a
             // chunk that fits a slot.
             unsafe { self.publish_inputs(chunk, which) };
-            self.complete_phase(links, header, "allreduce", c == 0)?;
+            self.complete_phase(mesh, header, "allreduce", c == 0)?;
             unsafe { self.reduce_mine(chunk, which, op) };
-            self.complete_phase(links, header, "allreduce", false)?;
+            self.complete_phase(mesh, header, "allreduce", false)?;
             unsafe { self.gather_results(chunk, which) };
         }
         Ok(())
@@ -148,7 +148,7 @@ impl ShmTransport {
     /// into its data.
     fn allreduce_small<T: Element>(
         &mut self,
-        links: &Mesh,
+        mesh: &Mesh,
         data: &mut [T],
         op: ReduceOp,
         header: &Header,
@@ -162,7 +162,7 @@ impl ShmTransport {
             unsafe { self.region_mut::<T>(self.rank, which, all.clone()) },
             data,
         );
-        self.complete_phase(links, header, "allreduce", true)?;
+        self.complete_phase(mesh, header, "allreduce", true)?;
         let slot = |k: usize| unsafe { self.region::<T>(k, which, all.clone()) };
         // Two ranks at least: one transport per communicator of several.
         T::reduce_from(data, slot(0), slot(1), op);
@@ -240,9 +240,9 @@ impl ShmTransport {
     }
 
     /// Returns once every rank has entered the barrier opened by `header`.
-    pub(crate) fn barrier(&mut self, links: &Mesh, header: &Header) -> Result<()> {
+    pub(crate) fn barrier(&mut self, mesh: &Mesh, header: &Header) -> Result<()> {
         self.publish(header);
-        self.complete_phase(links, header, "barrier", true)
+        self.complete_phase(mesh, header, "barrier", true)
     }
 
     /// Tells the peers this rank gave up (they fail with `PeerLost` naming
@@ -324,13 +324,13 @@ impl ShmTransport {
     /// the same one.
     fn complete_phase(
         &mut self,
-        links: &Mesh,
+        mesh: &Mesh,
         header: &Header,
         during: &str,
         first: bool,
     ) -> Result<()> {
         self.signal();
-        self.wait_all(links, header, during)?;
+        self.wait_all(mesh, header, during)?;
         if first {
             self.check_headers(header)?;
         }
@@ -348,14 +348,14 @@ impl ShmTransport {
     }
 
     /// Waits until every rank has completed this rank's current phase.
-    fn wait_all(&self, links: &Mesh, ours: &Header, during: &str) -> Result<()> {
+    fn wait_all(&self, mesh: &Mesh, ours: &Header, during: &str) -> Result<()> {
         for k in (0..self.size).filter(|&k| k != self.rank) {
-            self.wait_for(links, k, ours, during)?;
+            self.wait_for(mesh, k, ours, during)?;
         }
         Ok(())
     }
 
-    fn wait_for(&self, links: &Mesh, k: usize, ours: &Header, during: &str) -> Result<()> {
+    fn wait_for(&self, mesh: &Mesh, k: usize, ours: &Header, during: &str) -> Result<()> {
         let control = self.segment.control(k);
         let target = self.phase;
         let reached = |seen: u32| seen.wrapping_sub(target) as i32 >= 0;
@@ -380,7 +380,7 @@ impl ShmTransport {
             if reached(control.progress.load(SeqCst)) {
                 return Ok(());
             }
-            if let Err(error) = self.check_peers(links, ours, during) {
+            if let Err(error) = self.check_peers(mesh, ours, during) {
                 // A peer may legitimately move on once rank k has signalled.
                 if reached(control.progress.load(SeqCst)) {
                     return Ok(());
@@ -408,9 +408,9 @@ impl ShmTransport {
 
     /// Fails if a peer's connection is closed, a peer gave up, or a peer
     /// sent a TCP collective's header (it called another collective).
-    fn check_peers(&self, links: &Mesh, ours: &Header, during: &str) -> Result<()> {
+    fn check_peers(&self, mesh: &Mesh, ours: &Header, during: &str) -> Result<()> {
         let mut pending = None;
-        for link in links.opened() {
+        for link in mesh.opened() {
             let mut bytes = [0u8; HEADER_LEN];
             if link.peek(&mut bytes, during)? == HEADER_LEN {
                 pending = Some((link.rank(), Header::decode(&bytes)));

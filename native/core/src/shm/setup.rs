@@ -36,10 +36,25 @@ impl Drop for Unlink {
 }
 
 /// Agrees with all ranks on the transport; returns the shared memory
-/// transport if every rank mapped the segment, `None` for TCP.
+/// transport if every rank mapped the segment, `None` for TCP. With shared
+/// memory every link of `mesh` is open on return: waits in the segment
+/// watch every peer's connection.
 pub(crate) fn negotiate(
     rank: usize,
-    links: &Mesh,
+    mesh: &Mesh,
+    hosts: &[String],
+    config: &CommConfig,
+) -> Result<Option<ShmTransport>> {
+    let transport = agree(rank, mesh, hosts, config)?;
+    if transport.is_some() {
+        mesh.open_all()?;
+    }
+    Ok(transport)
+}
+
+fn agree(
+    rank: usize,
+    mesh: &Mesh,
     hosts: &[String],
     config: &CommConfig,
 ) -> Result<Option<ShmTransport>> {
@@ -49,7 +64,7 @@ pub(crate) fn negotiate(
         return Ok(None);
     }
     let wants = config.transport != TransportPolicy::Tcp;
-    let link = |peer: usize| links.link(peer);
+    let link = |peer: usize| mesh.link(peer);
     if rank != 0 {
         let to_root = link(0)?;
         to_root.send(&[u8::from(wants)], DURING)?;

@@ -36,7 +36,7 @@ impl ShmTransport {
     /// divided here (the caller divides by the ranks of the whole reduction).
     pub(crate) fn reduce_scatter_shards<T: Element>(
         &mut self,
-        links: &Mesh,
+        mesh: &Mesh,
         data: &mut [T],
         op: ReduceOp,
         header: &Header,
@@ -58,7 +58,7 @@ impl ShmTransport {
                     &data[theirs],
                 );
             }
-            self.complete_phase(links, header, DURING, c == 0)?;
+            self.complete_phase(mesh, header, DURING, c == 0)?;
             let mine = piece_of(data.len(), n, me, c, piece);
             let at = me * piece..me * piece + mine.len();
             let acc = &mut data[mine];
@@ -74,7 +74,7 @@ impl ShmTransport {
     /// afterwards every rank holds every shard as its owner left it.
     pub(crate) fn allgather_shards<T: Element>(
         &mut self,
-        links: &Mesh,
+        mesh: &Mesh,
         data: &mut [T],
         header: &Header,
     ) -> Result<()> {
@@ -90,7 +90,7 @@ impl ShmTransport {
                 unsafe { self.region_mut::<T>(me, which, 0..mine.len()) },
                 &data[mine],
             );
-            self.complete_phase(links, header, DURING, c == 0)?;
+            self.complete_phase(mesh, header, DURING, c == 0)?;
             for k in (0..n).filter(|&k| k != me) {
                 let theirs = piece_of(data.len(), n, k, c, piece);
                 let len = theirs.len();
