@@ -23,7 +23,7 @@ fn same_length<T>(name: &str, sent: usize, reduced: Option<Vec<T>>) -> Result<Ve
 
 /// Sums and broadcasts across the ranks of a job. Every rank must make the
 /// same calls, with the same names, in the same order.
-pub trait Collectives {
+pub trait Collectives: Sync {
     /// This rank.
     fn rank(&self) -> usize;
     /// The number of ranks.

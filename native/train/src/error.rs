@@ -24,6 +24,9 @@ pub enum Error {
     /// (another length): the ranks do not run the same model.
     #[error("collective: {0}")]
     Exchange(String),
+    /// The trainer's threads could not be started.
+    #[error("starting the trainer's threads: {0}")]
+    Threads(#[from] rayon::ThreadPoolBuildError),
     /// A collective with the other ranks failed.
     #[error(transparent)]
     Collective(#[from] horovod_core::Error),
