@@ -38,7 +38,8 @@
 //!
 //! Waiting spins briefly (only when there are at least as many cores as
 //! ranks, and less while spinning does not pay: [`crate::spin`]), then
-//! yields the CPU, then sleeps on a futex, waking every [`POLL`] to check
+//! yields the CPU (unless that lately gave the core away for a time slice),
+//! then sleeps on a futex, waking every [`POLL`] to check
 //! that every peer's TCP connection is still open (a dead process's sockets
 //! are closed by the kernel), whether a peer gave up (the segment's abort
 //! word) and the I/O deadline. So a dead or failed peer is `PeerLost` naming
@@ -52,14 +53,13 @@ mod shards;
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::SeqCst;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::partition::segment as part;
 use crate::reduce::{Element, ReduceOp};
-use crate::spin::{self, SpinBudget};
+use crate::spin::{self, SpinBudget, Yielding};
 use crate::wire::{mismatch, Header, HEADER_LEN};
 use copy::copy;
 use segment::Segment;
@@ -73,8 +73,6 @@ const SMALL_MAX: usize = 16 << 10;
 /// Bytes reduced at a time before the result is published: a few such
 /// blocks (the rank's own, its peers', the copy) fit the L1 cache.
 const REDUCE_BLOCK: usize = 4 << 10;
-/// How long a waiter yields the CPU before it sleeps on the futex.
-const YIELD_FOR: Duration = Duration::from_millis(2);
 /// Longest futex sleep between checks of the peers and the deadline.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -92,6 +90,8 @@ pub(crate) struct ShmTransport {
     /// How long waits busy-poll before they yield; `None` when they may
     /// not (more ranks than cores).
     spin: Option<SpinBudget>,
+    /// Whether waits yield the core before they sleep.
+    yielding: Yielding,
 }
 
 impl ShmTransport {
@@ -113,6 +113,7 @@ impl ShmTransport {
             chunks: 0,
             io_timeout,
             spin: spin::a_core_each(size).then(SpinBudget::new),
+            yielding: Yielding::default(),
         }
     }
 
@@ -367,13 +368,8 @@ impl ShmTransport {
             return Ok(());
         }
         let started = Instant::now();
-        while started.elapsed() < YIELD_FOR {
-            for _ in 0..32 {
-                if reached(control.progress.load(SeqCst)) {
-                    return Ok(());
-                }
-                thread::yield_now();
-            }
+        if self.yielding.yield_until(|| reached(control.progress.load(SeqCst))) {
+            return Ok(());
         }
         let deadline = started + self.io_timeout;
         loop {
