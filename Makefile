@@ -590,11 +590,12 @@ bench-trainer: $(VENV)/.torch
 # trainer's tensors on every rank: Arrow straight from the executors versus a
 # Parquet round trip, then the Rossmann model's training speed; one CSV.
 INGEST_ROWS ?= 1000000
+INGEST_REPEATS ?= 5
 bench-ingest: tools jar-release
 	cd native/bench-ingest && cargo build --release
 	$(SPARK_SUBMIT) $(SPARK_ARGS) --driver-memory 2g --class horovod.rs.examples.IngestBenchmark $(EXAMPLES_JAR) \
 	  $(INGEST_ROWS) 2 native/bench-ingest/target/release/horovod-bench-ingest examples/rossmann/rossmann-model.json \
-	  | tee build/bench-ingest.csv
+	  $(INGEST_REPEATS) | tee build/bench-ingest.csv
 
 # The same model and DataFrame fit every way, beside the floor (the same torch training without
 # Spark): horovod_rs's Keras, Torch and Lightning estimators on Arrow and through prepare_data +

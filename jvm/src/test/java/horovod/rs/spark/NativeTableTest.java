@@ -81,6 +81,15 @@ public class NativeTableTest {
         try (NativeTable dropped = table(rows, List.of("d", "arr"), List.of("d"), true)) {
             assertEquals(94, dropped.rows());
             assertEquals(6, dropped.droppedRows());
+            // Rows 5-99 but the ragged row 50 (read after the table started), in order.
+            float[] d = dropped.columnValues("d");
+            assertEquals(5f, d[0], 0);
+            assertEquals(49f, d[44], 0);
+            assertEquals(51f, d[45], 0);
+            assertEquals(99f, d[93], 0);
+            float[] arr = dropped.columnValues("arr");
+            assertEquals(188, arr.length);
+            assertArrayEquals(new float[] {1, 2}, java.util.Arrays.copyOfRange(arr, 90, 92), 0);
         }
         // NaN is only invalid in labels.
         try (NativeTable features = table(rows.subList(3, 10), List.of("d"), List.of(), false)) {

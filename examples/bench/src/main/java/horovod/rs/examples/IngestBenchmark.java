@@ -43,8 +43,12 @@ import org.apache.spark.sql.SparkSession;
  *       estimator on the same data, for a fixed number of steps.
  * </ul>
  *
- * Arguments: rows, ranks, the Parquet reader binary, the Rossmann model spec file.
- * Prints CSV {@code path,rows,columns,seconds,rows_per_s}.
+ * {@code spark-scan} (the floor: the same barrier stage reading every row and keeping none) and
+ * {@code arrow-direct} run in turn {@code repeats} times, since one run of either varies more
+ * than they differ; a {@code -median} line of each follows.
+ *
+ * Arguments: rows, ranks, the Parquet reader binary, the Rossmann model spec file, and optionally
+ * the repeats (5). Prints CSV {@code path,rows,columns,seconds,rows_per_s}.
  */
 public final class IngestBenchmark {
     private static final int CATEGORICAL = 18;
@@ -57,6 +61,7 @@ public final class IngestBenchmark {
         int ranks = Integer.parseInt(args[1]);
         String parquetReader = args[2];
         String rossmannSpec = Files.readString(Path.of(args[3]));
+        int repeats = args.length > 4 ? Integer.parseInt(args[4]) : 5;
         SparkSession spark = SparkSession.builder().appName("horovod-rs ingest benchmark").getOrCreate();
         try {
             Dataset<Row> data = rossmannLike(spark, rossmannSpec, rows).repartition(ranks).cache();
@@ -66,8 +71,16 @@ public final class IngestBenchmark {
             out.add("path,rows,columns,seconds,rows_per_s");
             // A first, untimed pass warms the JIT and the executors' native library.
             arrowDirect(data.limit(10_000), ranks, columns);
-            out.add(scanOnly(data, ranks, columns));
-            out.add(arrowDirect(data, ranks, columns));
+            List<String> scans = new ArrayList<>();
+            List<String> arrows = new ArrayList<>();
+            for (int round = 0; round < repeats; round++) {
+                scans.add(scanOnly(data, ranks, columns));
+                arrows.add(arrowDirect(data, ranks, columns));
+            }
+            out.addAll(scans);
+            out.addAll(arrows);
+            out.add(median("spark-scan-median", scans));
+            out.add(median("arrow-direct-median", arrows));
             out.add(parquetRoundtrip(data, ranks, parquetReader));
             out.add(train(data, ranks, rossmannSpec));
             out.forEach(System.out::println);
@@ -112,22 +125,31 @@ public final class IngestBenchmark {
         return line("arrow-direct", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
     }
 
-    /** The floor under arrow-direct: the same barrier stage reading every value, keeping none. */
+    /**
+     * The floor under arrow-direct: the same barrier stage reading every value of every row
+     * (summing them, so that none is skipped), keeping none.
+     */
     static String scanOnly(Dataset<Row> data, int ranks, List<String> columns) {
         long start = System.nanoTime();
         var rdd = SparkShim.internalRows(data);
         int width = columns.size();
+        boolean[] integral = new boolean[width];
+        for (int c = 0; c < width; c++) {
+            integral[c] = data.schema().fields()[c].dataType() instanceof org.apache.spark.sql.types.IntegerType;
+        }
         List<Long> counts = HorovodRunner.runOnPartitions(rdd, (ctx, partition) -> {
             long n = 0;
             double sum = 0;
             while (partition.hasNext()) {
                 var row = partition.next();
                 for (int c = 0; c < width; c++) {
-                    sum += row.isNullAt(c) ? 0 : 1;
+                    if (!row.isNullAt(c)) {
+                        sum += integral[c] ? row.getInt(c) : row.getDouble(c);
+                    }
                 }
                 n++;
             }
-            return sum >= 0 ? n : -n;
+            return Double.isNaN(sum) ? -n : n;
         }, HorovodRunOptions.fromConf(data.sparkSession().sparkContext().getConf()), "horovod-rs: scan benchmark");
         return line("spark-scan", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
     }
@@ -177,8 +199,20 @@ public final class IngestBenchmark {
     }
 
     private static String line(String path, long rows, int columns, long startNanos) {
-        double seconds = (System.nanoTime() - startNanos) / 1e9;
+        return line(path, rows, columns, (System.nanoTime() - startNanos) / 1e9);
+    }
+
+    private static String line(String path, long rows, int columns, double seconds) {
         return String.format(Locale.ROOT, "%s,%d,%d,%.3f,%.0f", path, rows, columns, seconds, rows / seconds);
+    }
+
+    /** The line of the median time among {@code lines} (CSV lines of one path), named {@code path}. */
+    static String median(String path, List<String> lines) {
+        List<String[]> fields = lines.stream().map(l -> l.split(","))
+                .sorted((a, b) -> Double.compare(Double.parseDouble(a[3]), Double.parseDouble(b[3])))
+                .collect(Collectors.toList());
+        String[] middle = fields.get(fields.size() / 2);
+        return line(path, Long.parseLong(middle[1]), Integer.parseInt(middle[2]), Double.parseDouble(middle[3]));
     }
 
     private static void deleteRecursively(File file) {
