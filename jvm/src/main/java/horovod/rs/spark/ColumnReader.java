@@ -41,29 +41,8 @@ abstract class ColumnReader {
         this.width = width;
     }
 
-    /**
-     * Reads this column of {@code row} into {@code out} from {@code at}: {@link #width} values.
-     * Only once the width is known (always for scalars; for arrays and vectors after the first
-     * non-null row, see {@link #read}).
-     */
-    abstract Status readInto(InternalRow row, float[] out, int at);
-
-    /** The values in this column of {@code row}, -1 when it is null (arrays and vectors). */
-    int widthOf(InternalRow row) {
-        return width;
-    }
-
-    /** Reads this column of {@code row} into {@link #values}, learning the width from the first
-     * non-null row. */
-    final Status read(InternalRow row) {
-        if (width < 0) {
-            width = widthOf(row);
-            if (width < 0) {
-                return Status.NULL;
-            }
-        }
-        return readInto(row, room(width), 0);
-    }
+    /** Reads this column of {@code row} into {@link #values}. */
+    abstract Status read(InternalRow row);
 
     /** {@link #values}, grown to hold {@code n} values. */
     final float[] room(int n) {
@@ -80,11 +59,11 @@ abstract class ColumnReader {
         if (scalar != null) {
             return new ColumnReader(field.name(), ordinal, 1) {
                 @Override
-                Status readInto(InternalRow row, float[] out, int at) {
+                Status read(InternalRow row) {
                     if (row.isNullAt(this.ordinal)) {
                         return Status.NULL;
                     }
-                    out[at] = (float) scalar.get(row, this.ordinal);
+                    values[0] = (float) scalar.get(row, this.ordinal);
                     return Status.OK;
                 }
             };
@@ -93,25 +72,23 @@ abstract class ColumnReader {
         if (element != null) {
             return new ColumnReader(field.name(), ordinal, -1) {
                 @Override
-                int widthOf(InternalRow row) {
-                    return row.isNullAt(this.ordinal) ? -1 : row.getArray(this.ordinal).numElements();
-                }
-
-                @Override
-                Status readInto(InternalRow row, float[] out, int at) {
+                Status read(InternalRow row) {
                     if (row.isNullAt(this.ordinal)) {
                         return Status.NULL;
                     }
                     ArrayData array = row.getArray(this.ordinal);
                     int n = array.numElements();
-                    if (n != width) {
+                    if (width < 0) {
+                        width = n;
+                    } else if (n != width) {
                         return Status.RAGGED;
                     }
+                    float[] out = room(n);
                     for (int i = 0; i < n; i++) {
                         if (array.isNullAt(i)) {
                             return Status.NULL;
                         }
-                        out[at + i] = (float) element.get(array, i);
+                        out[i] = (float) element.get(array, i);
                     }
                     return Status.OK;
                 }
@@ -121,23 +98,21 @@ abstract class ColumnReader {
             VectorUDT udt = (VectorUDT) type;
             return new ColumnReader(field.name(), ordinal, -1) {
                 @Override
-                int widthOf(InternalRow row) {
-                    return row.isNullAt(this.ordinal) ? -1 : udt.deserialize(row.getStruct(this.ordinal, 4)).size();
-                }
-
-                @Override
-                Status readInto(InternalRow row, float[] out, int at) {
+                Status read(InternalRow row) {
                     if (row.isNullAt(this.ordinal)) {
                         return Status.NULL;
                     }
                     Vector vector = udt.deserialize(row.getStruct(this.ordinal, 4));
                     int n = vector.size();
-                    if (n != width) {
+                    if (width < 0) {
+                        width = n;
+                    } else if (n != width) {
                         return Status.RAGGED;
                     }
-                    java.util.Arrays.fill(out, at, at + n, 0f);
+                    float[] out = room(n);
+                    java.util.Arrays.fill(out, 0, n, 0f);
                     vector.foreachActive((index, value) -> {
-                        out[at + (Integer) index] = (float) (double) (Double) value;
+                        out[(Integer) index] = (float) (double) (Double) value;
                         return scala.runtime.BoxedUnit.UNIT;
                     });
                     return Status.OK;

@@ -114,58 +114,40 @@ public final class NativeTable extends NativeHandle {
         }
 
         void add(InternalRow row) {
-            if (table == 0) {
-                addBeforeStart(row);
-                return;
-            }
-            // Straight into the batch's arrays: an invalid row's values are overwritten by the next.
             boolean valid = true;
             for (int c = 0; c < readers.length; c++) {
                 ColumnReader reader = readers[c];
-                int at = batchRows * reader.width;
-                valid &= judge(c, reader.readInto(row, batch[c], at), batch[c], at);
+                ColumnReader.Status status = reader.read(row);
+                if (status == ColumnReader.Status.OK && labels[c] && hasNaN(reader.values, reader.width)) {
+                    status = ColumnReader.Status.NAN;
+                }
+                if (status != ColumnReader.Status.OK) {
+                    invalid[c][status.ordinal()]++;
+                    valid = false;
+                }
             }
             if (!valid) {
                 dropped++;
-            } else if (++batchRows == BATCH_ROWS) {
+                return;
+            }
+            if (table == 0) {
+                start();
+            }
+            for (int c = 0; c < readers.length; c++) {
+                int width = readers[c].width;
+                if (width == 1) {
+                    batch[c][batchRows] = readers[c].values[0];
+                } else {
+                    System.arraycopy(readers[c].values, 0, batch[c], batchRows * width, width);
+                }
+            }
+            if (++batchRows == BATCH_ROWS) {
                 flush();
             }
         }
 
-        /** Until the first valid row, which fixes the widths of array and vector columns, rows are
-         * read into the readers' own values. */
-        private void addBeforeStart(InternalRow row) {
-            boolean valid = true;
-            for (int c = 0; c < readers.length; c++) {
-                ColumnReader reader = readers[c];
-                valid &= judge(c, reader.read(row), reader.values, 0);
-            }
-            if (!valid) {
-                dropped++;
-                return;
-            }
-            start();
-            for (int c = 0; c < readers.length; c++) {
-                System.arraycopy(readers[c].values, 0, batch[c], 0, readers[c].width);
-            }
-            batchRows = 1;
-        }
-
-        /** Whether column {@code c}'s read ({@code status}, its values in {@code values} from
-         * {@code at}) gave a valid value; counts it when not. A label must not be NaN. */
-        private boolean judge(int c, ColumnReader.Status status, float[] values, int at) {
-            if (status == ColumnReader.Status.OK && labels[c] && hasNaN(values, at, readers[c].width)) {
-                status = ColumnReader.Status.NAN;
-            }
-            if (status != ColumnReader.Status.OK) {
-                invalid[c][status.ordinal()]++;
-                return false;
-            }
-            return true;
-        }
-
-        private static boolean hasNaN(float[] values, int at, int width) {
-            for (int i = at; i < at + width; i++) {
+        private static boolean hasNaN(float[] values, int width) {
+            for (int i = 0; i < width; i++) {
                 if (Float.isNaN(values[i])) {
                     return true;
                 }
