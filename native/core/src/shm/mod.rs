@@ -368,7 +368,10 @@ impl ShmTransport {
             return Ok(());
         }
         let started = Instant::now();
-        if self.yielding.yield_until(|| reached(control.progress.load(SeqCst))) {
+        if self
+            .yielding
+            .yield_until(|| reached(control.progress.load(SeqCst)))
+        {
             return Ok(());
         }
         let deadline = started + self.io_timeout;
