@@ -5,11 +5,12 @@ its peer, Spark's TorchDistributor) offers, beside the floor; one CSV line per w
 
 - ``floor``: the same training with nothing around it (``bench_floor.py``), the same rows in
   memory, ``procs`` processes of one thread: ``torch``, the torch model with
-  DistributedDataParallel over gloo; ``keras``, the Keras model's ``model.fit`` in each process,
-  exchanging nothing (TensorFlow's compute alone). ``fit_seconds`` is its training and validation
-  loops' (its processes' start and imports are its ``framework`` phase: a warm fit's Python
-  workers have them already); every other way's ``x_floor`` is over its framework's floor (torch's
-  for Lightning and the native trainer);
+  DistributedDataParallel over gloo; ``lightning``, the same model as a LightningModule in
+  Lightning's ``Trainer.fit`` with its DDP strategy over gloo; ``keras``, the Keras model's
+  ``model.fit`` in each process, exchanging nothing (TensorFlow's compute alone). ``fit_seconds``
+  is its training and validation loops' (its processes' start and imports are its ``framework``
+  phase: a warm fit's Python workers have them already); every other way's ``x_floor`` is over its
+  framework's floor (torch's for the native trainer, and for Lightning when its floor did not run);
 - ``arrow``: horovod_rs's KerasEstimator / TorchEstimator / LightningEstimator (``fit(df)``: each
   rank's partition reaches it as Arrow batches);
 - ``parquet``: the same estimators through ``prepare_data`` + ``fit_on_parquet`` (Horovod's way:
@@ -183,7 +184,7 @@ def floor(args, spark, df, framework, store):
                "--epochs", str(args.epochs), "--batch", str(args.batch), "--hidden", str(args.hidden)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     started = time.time()
-    if framework == "torch":
+    if framework in ("torch", "lightning"):
         outputs = [subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.procs),
                                    "--master_port", "29581"] + command, check=True, capture_output=True, text=True,
                                   timeout=FLOOR_TIMEOUT_S, env=env).stdout]
@@ -198,7 +199,8 @@ def floor(args, spark, df, framework, store):
     return dict(phases, framework=time.time() - started - phases["train"] - phases["validation"])
 
 
-WAYS = [("floor", "torch", floor), ("floor", "keras", floor), ("arrow", "torch", arrow), ("arrow", "lightning", arrow),
+WAYS = [("floor", "torch", floor), ("floor", "lightning", floor), ("floor", "keras", floor), ("arrow", "torch", arrow),
+        ("arrow", "lightning", arrow),
         ("arrow", "keras", arrow), ("parquet", "torch", parquet), ("parquet", "keras", parquet),
         ("torchdistributor", "torch", torchdistributor), ("native", "native", native)]
 CASE_WAYS = {"mlp": WAYS,
@@ -211,7 +213,7 @@ def run_case(spark, args, store, wanted):
     small = df.limit(2000).repartition(args.procs).cache()
     small.count()
     warmup = argparse.Namespace(**dict(vars(args), epochs=1))
-    floor_seconds = {}  # per framework; Lightning's and the native trainer's is torch's
+    floor_seconds = {}  # per framework; the native trainer's is torch's, Lightning's too when it has none
     for impl, framework, way in CASE_WAYS[args.case]:
         if wanted and "%s:%s" % (impl, framework) not in wanted and "%s:%s:%s" % (args.case, impl, framework) \
                 not in wanted:
@@ -233,7 +235,7 @@ def run_case(spark, args, store, wanted):
             seconds = floor_seconds[framework] = result["train"] + result["validation"]
         else:
             phases = result.getTimings() if hasattr(result, "getTimings") else {}
-        floor_of_way = floor_seconds.get("keras" if framework == "keras" else "torch")
+        floor_of_way = floor_seconds.get(framework, floor_seconds.get("torch") if framework != "keras" else None)
         ratio = "%.2f" % (seconds / floor_of_way) if floor_of_way else ""
         print(",".join([args.case, impl, framework, str(args.procs), str(args.rows), "%.2f" % seconds, ratio] +
                        ["%.2f" % phases[p] if p in phases else "" for p in PHASES]), flush=True)

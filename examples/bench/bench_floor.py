@@ -5,6 +5,9 @@ epochs and batch size given, validating after each epoch, and rank 0 prints one 
 ``{"train": s, "validation": s}`` (the seconds of each, summed over the epochs).
 
 - ``--framework torch`` (run by ``torch.distributed.run``): DistributedDataParallel over gloo;
+- ``--framework lightning`` (run by ``torch.distributed.run``): Lightning's ``Trainer.fit`` of
+  ``bench_models``' LightningModule with its DDP strategy over gloo, so a Lightning fit is set
+  against Lightning's own loop and not only torch's;
 - ``--framework keras`` (``--rank`` and ``--size`` given, the processes started together): Keras's
   ``model.fit`` on the arrays, with no exchange between the processes: TensorFlow's compute alone,
   a floor below any data-parallel Keras.
@@ -24,7 +27,7 @@ import bench_models  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--framework", choices=["torch", "keras"], default="torch")
+    parser.add_argument("--framework", choices=["torch", "lightning", "keras"], default="torch")
     parser.add_argument("--rank", type=int, help="keras: this process's rank")
     parser.add_argument("--size", type=int, help="keras: the number of processes")
     parser.add_argument("--case", choices=["mlp", "mnist"], required=True)
@@ -33,7 +36,7 @@ def main():
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--hidden", type=int, default=256)
     args = parser.parse_args()
-    seconds = (keras_floor if args.framework == "keras" else torch_floor)(args)
+    seconds = {"torch": torch_floor, "lightning": lightning_floor, "keras": keras_floor}[args.framework](args)
     if seconds is not None:
         print(json.dumps(seconds), flush=True)
 
@@ -82,6 +85,75 @@ def torch_floor(args):
     dist.barrier()
     dist.destroy_process_group()
     return seconds if rank == 0 else None
+
+
+def lightning_floor(args):
+    import pytorch_lightning as pl
+    import torch
+
+    torch.set_num_threads(1)
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    *rows, steps = my_rows(args.data, rank, size, args.batch)
+    features, label, validation = (torch.from_numpy(a) for a in rows)
+    train = _Batches(features[~validation], label[~validation], args.batch, steps, shuffle=True)
+    val = _Batches(features[validation], label[validation], args.batch, None, shuffle=False)
+    laps = _LightningLaps(pl)
+    trainer = pl.Trainer(accelerator="cpu", devices=size, strategy="ddp", max_epochs=args.epochs,
+                         use_distributed_sampler=False, callbacks=[laps], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    loader = lambda batches: torch.utils.data.DataLoader(batches, batch_size=None)  # noqa: E731
+    trainer.fit(bench_models.lightning_module(args.case, args.hidden), loader(train),
+                loader(val) if len(val) else None)
+    return laps.seconds if rank == 0 else None
+
+
+class _Batches:
+    """A process's rows as Lightning's batches (Horovod's dicts of ``features`` and ``label``),
+    whole batches at a time as the torch floor takes them; ``steps`` batches (wrapping around),
+    reshuffled each pass, or every row once in order."""
+
+    def __init__(self, features, label, batch, steps, shuffle):
+        import torch
+
+        self.torch, self.features, self.label, self.batch, self.shuffle = torch, features, label, batch, shuffle
+        self.steps = steps if steps is not None else -(-len(features) // batch)
+        self.order = None
+
+    def __len__(self):
+        return self.steps if len(self.features) else 0
+
+    def __getitem__(self, step):
+        if step == 0 or self.order is None:
+            n = len(self.features)
+            self.order = self.torch.randperm(n).repeat(2) if self.shuffle else self.torch.arange(n)
+        rows = self.order[step * self.batch:(step + 1) * self.batch]
+        return {"features": self.features[rows], "label": self.label[rows]}
+
+
+def _LightningLaps(pl):
+    """A Lightning callback that sums the seconds of each epoch's training and validation."""
+
+    class Laps(pl.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds, self.started = {"train": 0.0, "validation": 0.0}, None
+
+        def on_train_epoch_start(self, trainer, module):
+            self.started = time.perf_counter()
+
+        def on_validation_epoch_start(self, trainer, module):
+            self.seconds["train"] += time.perf_counter() - self.started
+            self.started = time.perf_counter()
+
+        def on_validation_epoch_end(self, trainer, module):
+            self.seconds["validation"] += time.perf_counter() - self.started
+            self.started = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, module):
+            self.seconds["train"] += time.perf_counter() - self.started
+            self.started = time.perf_counter()
+
+    return Laps()
 
 
 def keras_floor(args):
