@@ -101,9 +101,8 @@ def lightning_floor(args):
     trainer = pl.Trainer(accelerator="cpu", devices=size, strategy="ddp", max_epochs=args.epochs,
                          use_distributed_sampler=False, callbacks=[laps], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
-    loader = lambda batches: torch.utils.data.DataLoader(batches, batch_size=None)  # noqa: E731
-    trainer.fit(bench_models.lightning_module(args.case, args.hidden), loader(train),
-                loader(val) if len(val) else None)
+    train_loader, val_loader = (torch.utils.data.DataLoader(batches, batch_size=None) for batches in (train, val))
+    trainer.fit(bench_models.lightning_module(args.case, args.hidden), train_loader, val_loader if len(val) else None)
     return laps.seconds if rank == 0 else None
 
 
