@@ -190,7 +190,7 @@ impl Communicator {
         data: &mut [u8],
         options: impl Into<AllreduceOptions>,
     ) -> Result<()> {
-        if data.len() % dtype.size() != 0 {
+        if !data.len().is_multiple_of(dtype.size()) {
             return self.refuse(format!(
                 "{} bytes are not a whole number of {dtype} elements",
                 data.len()

@@ -350,7 +350,7 @@ impl Output {
     /// of them.
     pub fn to_elements<T: Element>(&self) -> Option<Vec<T>> {
         let size = std::mem::size_of::<T>();
-        if self.data.len() % size != 0 {
+        if !self.data.len().is_multiple_of(size) {
             return None;
         }
         let mut elements = vec![T::ZERO; self.data.len() / size];

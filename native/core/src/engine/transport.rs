@@ -186,7 +186,8 @@ fn reducescatter_rows<T: Element>(
         // A zero dimension after the first: nothing to reduce on any rank.
         return Ok(Vec::new());
     }
-    if row_bytes == 0 || row_bytes % element != 0 || data.len() % row_bytes != 0 {
+    if row_bytes == 0 || !row_bytes.is_multiple_of(element) || !data.len().is_multiple_of(row_bytes)
+    {
         return Err(Error::InvalidArgument(format!(
             "reducescatter of {} bytes in rows of {row_bytes} bytes of {}",
             data.len(),

@@ -103,7 +103,7 @@ pub(super) fn count(value: &str) -> Option<u64> {
 
 /// Milliseconds as the docs write a Spark time: `600s`, `1ms`.
 pub(super) fn time_text(millis: u64) -> String {
-    if millis % 1_000 == 0 {
+    if millis.is_multiple_of(1_000) {
         format!("{}s", millis / 1_000)
     } else {
         format!("{millis}ms")
@@ -114,7 +114,7 @@ pub(super) fn time_text(millis: u64) -> String {
 pub(super) fn size_text(bytes: u64) -> String {
     [("g", 1u64 << 30), ("m", 1 << 20), ("k", 1 << 10)]
         .iter()
-        .find(|(_, unit)| bytes != 0 && bytes % unit == 0)
+        .find(|(_, unit)| bytes != 0 && bytes.is_multiple_of(*unit))
         .map_or_else(
             || bytes.to_string(),
             |(name, unit)| format!("{}{name}", bytes / unit),
