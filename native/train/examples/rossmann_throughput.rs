@@ -1,10 +1,14 @@
-//! Training throughput of the Rossmann model (examples/rossmann) on one
-//! process: `cargo run --release -p horovod-train --example rossmann_throughput [rows] [batch]`.
-//! Prints CSV `path,rows,columns,seconds,rows_per_s` with path `train`, as
-//! `make bench-ingest` does.
+//! Training and prediction throughput of the Rossmann model
+//! (examples/rossmann) on one process: `cargo run --release -p horovod-train
+//! --example rossmann_throughput [rows] [batch]`. Prints CSV
+//! `path,rows,columns,seconds,rows_per_s` with paths `train` (one epoch, as
+//! `make bench-ingest` does) and `predict` (every row, with the trained
+//! model, as `HorovodModel.transform`).
+
+use std::time::Instant;
 
 use horovod_data::{Column, Table};
-use horovod_train::{ModelSpec, Single, TrainConfig, Trainer};
+use horovod_train::{ModelSpec, Predictor, Single, TrainConfig, Trainer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -18,10 +22,8 @@ fn main() {
         .next()
         .map(|a| a.parse().expect("batch"))
         .unwrap_or(256);
-    let spec = ModelSpec::from_json(include_str!(
-        "../../../examples/rossmann/rossmann-model.json"
-    ))
-    .unwrap();
+    let spec_json = include_str!("../../../examples/rossmann/rossmann-model.json");
+    let spec = ModelSpec::from_json(spec_json).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut columns = Vec::new();
     for input in &spec.inputs {
@@ -38,7 +40,7 @@ fn main() {
         1,
         (0..rows).map(|_| rng.gen_range(7.0..10.0)).collect(),
     ));
-    let table = Table::new(rows, columns).unwrap();
+    let table = Table::new(rows, columns.clone()).unwrap();
     let config = TrainConfig::from_json(&format!(
         r#"{{"label_columns": ["Sales"], "loss": "mae", "batch_size": {batch}, "epochs": 1,
             "optimizer": {{"name": "adam", "learning_rate": 0.0001, "epsilon": 0.001}}}}"#
@@ -50,5 +52,19 @@ fn main() {
     println!(
         "train,{},36,{:.3},{:.0}",
         report.samples, report.seconds, report.samples_per_second
+    );
+    let predictor = Predictor::new(
+        ModelSpec::from_json(spec_json).unwrap(),
+        &trainer.model_bytes(),
+    )
+    .unwrap();
+    let table = Table::new(rows, columns).unwrap();
+    let started = Instant::now();
+    let outputs = predictor.predict(&table).unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(outputs[0].values().len(), rows);
+    println!(
+        "predict,{rows},36,{seconds:.3},{:.0}",
+        rows as f64 / seconds
     );
 }

@@ -12,7 +12,8 @@
 //! (parameters and the forward pass), `bias` (a dense layer's bias add), `loss` (losses and metrics), `optim`
 //! (SGD, Adam, AdamW), `config` (the training config), `shuffle` (the shuffle
 //! buffer), `collectives` (what the trainer needs from other ranks), `blob`
-//! (checkpoint and model bytes), `trainer`, `predictor`.
+//! (checkpoint and model bytes), `threads` (the pool candle's products split
+//! over), `trainer`, `predictor`.
 
 #![warn(missing_docs)]
 
@@ -27,6 +28,7 @@ mod optim;
 mod predictor;
 mod shuffle;
 mod spec;
+mod threads;
 mod trainer;
 
 pub use collectives::{Collectives, EngineCollectives, Single};

@@ -11,6 +11,7 @@ use crate::blob;
 use crate::error::{Error, Result};
 use crate::model::{check_categories, Mode, Model};
 use crate::spec::ModelSpec;
+use crate::threads::products_pool;
 
 /// Rows per forward pass: bounds memory for wide layers.
 const BATCH_ROWS: usize = 1024;
@@ -18,6 +19,8 @@ const BATCH_ROWS: usize = 1024;
 /// A trained model, ready to predict.
 pub struct Predictor {
     model: Model,
+    /// The threads predictions run on (`threads`).
+    pool: rayon::ThreadPool,
 }
 
 /// The bytes of a saved model: the spec, the column widths and the weights.
@@ -61,7 +64,10 @@ impl Predictor {
         }
         let mut model = Model::new(spec, widths, &mut ChaCha8Rng::seed_from_u64(0))?;
         model.load_params(&arrays)?;
-        Ok(Predictor { model })
+        Ok(Predictor {
+            model,
+            pool: products_pool("hvd-predict")?,
+        })
     }
 
     /// The outputs' names and widths.
@@ -86,6 +92,10 @@ impl Predictor {
 
     /// One column per output, named after it, for every row of `table`.
     pub fn predict(&self, table: &Table) -> Result<Vec<Column>> {
+        self.pool.install(|| self.predict_rows(table))
+    }
+
+    fn predict_rows(&self, table: &Table) -> Result<Vec<Column>> {
         let inputs = self.model.spec().input_columns();
         for (name, width) in self
             .model

@@ -20,6 +20,7 @@ use crate::model::{check_categories, Mode, Model};
 use crate::optim::Optimizer;
 use crate::shuffle::shuffle;
 use crate::spec::ModelSpec;
+use crate::threads::products_pool;
 
 /// What one epoch did; identical on every rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -40,16 +41,6 @@ pub struct EpochReport {
     pub best: bool,
     /// Whether early stopping ends training after this epoch.
     pub stop: bool,
-}
-
-/// The pool for a trainer's epochs: as many threads as candle's products
-/// use (`RAYON_NUM_THREADS`, else every core).
-fn epoch_pool() -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(candle_core::utils::get_num_threads())
-        .thread_name(|i| format!("hvd-train-{i}"))
-        .build()
-        .map_err(Error::from)
 }
 
 /// One rank's trainer.
@@ -150,7 +141,7 @@ impl Trainer {
             best: None,
             stopped: false,
             device: Device::Cpu,
-            pool: Arc::new(epoch_pool()?),
+            pool: Arc::new(products_pool("hvd-train")?),
         };
         // Rank 0's state (fresh, or the checkpoint's) becomes every rank's.
         let state = if rank == 0 {
@@ -191,13 +182,11 @@ impl Trainer {
 
     /// Trains one epoch. Collective: every rank calls it.
     ///
-    /// The epoch runs on a thread of the trainer's own pool, the one
-    /// candle's matrix products then split over. From any other thread each
-    /// product would hand its parts to rayon's global pool and park until
-    /// they are done: at 2 threads that cost a fifth of the steps. A pool of
-    /// its own also keeps the trainers of two ranks in one process (a local
-    /// Spark) apart: a rank waiting in a collective never holds a thread
-    /// another rank's epoch needs.
+    /// The epoch runs on a thread of the trainer's own pool (`threads`),
+    /// the one candle's matrix products then split over. A pool of its own,
+    /// not one shared, keeps the trainers of two ranks in one process (a
+    /// local Spark) apart: a rank waiting in a collective never holds a
+    /// thread another rank's epoch needs.
     pub fn run_epoch(&mut self, comm: &dyn Collectives) -> Result<EpochReport> {
         let pool = Arc::clone(&self.pool);
         pool.install(|| self.train_epoch(comm))
