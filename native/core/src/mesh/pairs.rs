@@ -15,7 +15,7 @@
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use log::warn;
+use log::{debug, warn};
 
 use crate::error::{Error, Result};
 use crate::link::Link;
@@ -111,8 +111,11 @@ impl Pairs {
             Pair::Idle | Pair::Awaiting(_) => true,
             // Crossing dials: the higher rank's wins.
             Pair::Dialling => peer > self.rank,
+            // The peer's dial crossed this rank's admitted one, or it dialled
+            // again (`REDIAL`), after the link between the two was under
+            // way: that link stands, and the peer takes it (not a fault).
             Pair::Arriving | Pair::Arrived(_) | Pair::Taken => {
-                warn!(
+                debug!(
                     "rank {}: declined a second connection from rank {peer}",
                     self.rank
                 );
