@@ -28,17 +28,23 @@ abstract class ColumnReader {
     static final String SUPPORTED = "boolean, byte, short, int, long, float, double, decimal, "
             + "arrays of those, or Spark ML vectors";
 
+    /** A scalar column's Spark type, for {@link #scalar}; {@link #NOT_PLAIN} for every other column. */
+    static final int NOT_PLAIN = 0, DOUBLE = 1, FLOAT = 2, INT = 3, LONG = 4, SHORT = 5, BYTE = 6, BOOLEAN = 7;
+
     final String name;
     final int ordinal;
+    /** This column's type if it is a plain scalar (not a decimal), else {@link #NOT_PLAIN}. */
+    final int plainKind;
     /** Values per row; -1 until the first non-null row of an array or vector column. */
     int width;
     /** The last row's values, written by {@link #read}. */
     float[] values = new float[1];
 
-    private ColumnReader(String name, int ordinal, int width) {
+    private ColumnReader(String name, int ordinal, int width, int plainKind) {
         this.name = name;
         this.ordinal = ordinal;
         this.width = width;
+        this.plainKind = plainKind;
     }
 
     /** Reads this column of {@code row} into {@link #values}. */
@@ -55,22 +61,35 @@ abstract class ColumnReader {
     /** A reader for {@code field}, or a {@link HorovodException} naming the column and its type. */
     static ColumnReader of(StructField field, int ordinal) {
         DataType type = field.dataType();
-        ScalarGetter scalar = scalar(type);
-        if (scalar != null) {
-            return new ColumnReader(field.name(), ordinal, 1) {
+        int plain = plainKind(type);
+        if (plain != NOT_PLAIN) {
+            return new ColumnReader(field.name(), ordinal, 1, plain) {
                 @Override
                 Status read(InternalRow row) {
                     if (row.isNullAt(this.ordinal)) {
                         return Status.NULL;
                     }
-                    values[0] = (float) scalar.get(row, this.ordinal);
+                    values[0] = scalar(row, this.ordinal, plainKind);
+                    return Status.OK;
+                }
+            };
+        }
+        if (type instanceof DecimalType) {
+            DecimalType decimal = (DecimalType) type;
+            return new ColumnReader(field.name(), ordinal, 1, NOT_PLAIN) {
+                @Override
+                Status read(InternalRow row) {
+                    if (row.isNullAt(this.ordinal)) {
+                        return Status.NULL;
+                    }
+                    values[0] = (float) row.getDecimal(this.ordinal, decimal.precision(), decimal.scale()).toDouble();
                     return Status.OK;
                 }
             };
         }
         ElementGetter element = type instanceof ArrayType ? element(((ArrayType) type).elementType()) : null;
         if (element != null) {
-            return new ColumnReader(field.name(), ordinal, -1) {
+            return new ColumnReader(field.name(), ordinal, -1, NOT_PLAIN) {
                 @Override
                 Status read(InternalRow row) {
                     if (row.isNullAt(this.ordinal)) {
@@ -96,7 +115,7 @@ abstract class ColumnReader {
         }
         if (type instanceof VectorUDT) {
             VectorUDT udt = (VectorUDT) type;
-            return new ColumnReader(field.name(), ordinal, -1) {
+            return new ColumnReader(field.name(), ordinal, -1, NOT_PLAIN) {
                 @Override
                 Status read(InternalRow row) {
                     if (row.isNullAt(this.ordinal)) {
@@ -124,28 +143,38 @@ abstract class ColumnReader {
     }
 
     @FunctionalInterface
-    private interface ScalarGetter {
-        double get(InternalRow row, int ordinal);
-    }
-
-    @FunctionalInterface
     private interface ElementGetter {
         double get(ArrayData array, int index);
     }
 
-    private static ScalarGetter scalar(DataType type) {
-        if (type == DoubleType$.MODULE$) return InternalRow::getDouble;
-        if (type == FloatType$.MODULE$) return InternalRow::getFloat;
-        if (type == IntegerType$.MODULE$) return InternalRow::getInt;
-        if (type == LongType$.MODULE$) return InternalRow::getLong;
-        if (type == ShortType$.MODULE$) return InternalRow::getShort;
-        if (type == ByteType$.MODULE$) return InternalRow::getByte;
-        if (type == BooleanType$.MODULE$) return (row, i) -> row.getBoolean(i) ? 1 : 0;
-        if (type instanceof DecimalType) {
-            DecimalType decimal = (DecimalType) type;
-            return (row, i) -> row.getDecimal(i, decimal.precision(), decimal.scale()).toDouble();
+    private static int plainKind(DataType type) {
+        if (type == DoubleType$.MODULE$) return DOUBLE;
+        if (type == FloatType$.MODULE$) return FLOAT;
+        if (type == IntegerType$.MODULE$) return INT;
+        if (type == LongType$.MODULE$) return LONG;
+        if (type == ShortType$.MODULE$) return SHORT;
+        if (type == ByteType$.MODULE$) return BYTE;
+        if (type == BooleanType$.MODULE$) return BOOLEAN;
+        return NOT_PLAIN;
+    }
+
+    /**
+     * The non-null value at {@code ordinal} of a plain scalar column of type {@code kind}, as a
+     * {@code float} (through {@code double}, as every column's values are). Static, with the
+     * type a number, so that a caller whose row is known to be an {@code UnsafeRow} (a final
+     * class) gets every read inlined.
+     */
+    static float scalar(InternalRow row, int ordinal, int kind) {
+        switch (kind) {
+            case DOUBLE: return (float) row.getDouble(ordinal);
+            case FLOAT: return row.getFloat(ordinal);
+            case INT: return row.getInt(ordinal);
+            case LONG: return (float) (double) row.getLong(ordinal);
+            case SHORT: return row.getShort(ordinal);
+            case BYTE: return row.getByte(ordinal);
+            case BOOLEAN: return row.getBoolean(ordinal) ? 1 : 0;
+            default: throw new IllegalArgumentException("not a plain scalar kind: " + kind);
         }
-        return null;
     }
 
     private static ElementGetter element(DataType type) {

@@ -8,6 +8,7 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.Float4Vector;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.types.StructType;
 
 /**
@@ -24,8 +25,11 @@ import org.apache.spark.sql.types.StructType;
  * <p>Internal: the public surface is for {@code horovod.rs.spark.ml} only.
  */
 public final class NativeTable extends NativeHandle {
-    /** Rows per Arrow batch: big enough to amortise the call, small enough to stay in cache. */
-    static final int BATCH_ROWS = 8192;
+    /**
+     * Rows per Arrow batch: big enough to amortise the call, small enough that a batch of a few
+     * dozen columns stays in a core's L2 cache (8192 rows of 37 columns, 1.2 MB, took 10 % longer).
+     */
+    static final int BATCH_ROWS = 1024;
 
     private final long rows;
     private final long droppedRows;
@@ -96,6 +100,11 @@ public final class NativeTable extends NativeHandle {
     private static final class Ingest implements AutoCloseable {
         private final ColumnReader[] readers;
         private final boolean[] labels;
+        /** Every column a plain scalar ({@link ColumnReader#plainKind}): rows Spark hands over as
+         * {@code UnsafeRow}s are read straight into the batch ({@link #addPlain}). */
+        private final boolean plain;
+        private final int[] ordinals;
+        private final int[] kinds;
         private final long[][] invalid; // [column][status]
         private final BufferAllocator allocator = new RootAllocator();
         private final List<Float4Vector> vectors = new ArrayList<>();
@@ -111,9 +120,55 @@ public final class NativeTable extends NativeHandle {
             this.readers = readers;
             this.labels = labels;
             this.invalid = new long[readers.length][ColumnReader.Status.values().length];
+            this.ordinals = new int[readers.length];
+            this.kinds = new int[readers.length];
+            boolean allPlain = true;
+            for (int c = 0; c < readers.length; c++) {
+                ordinals[c] = readers[c].ordinal;
+                kinds[c] = readers[c].plainKind;
+                allPlain &= kinds[c] != ColumnReader.NOT_PLAIN;
+            }
+            this.plain = allPlain;
         }
 
         void add(InternalRow row) {
+            if (plain && row instanceof UnsafeRow) {
+                if (table == 0) {
+                    start(); // every width is 1
+                }
+                if (addPlain((UnsafeRow) row)) {
+                    if (++batchRows == BATCH_ROWS) {
+                        flush();
+                    }
+                    return;
+                }
+            }
+            addChecked(row);
+        }
+
+        /**
+         * Reads a row of plain scalars into the batch, true when every value was valid; false (the
+         * batch row left to be overwritten, nothing counted) at a null or a NaN label, for
+         * {@link #addChecked} to count. The same values {@link ColumnReader#read} gives, without a
+         * call per value: {@code UnsafeRow} is final, so each read inlines.
+         */
+        private boolean addPlain(UnsafeRow row) {
+            int at = batchRows;
+            for (int c = 0; c < kinds.length; c++) {
+                int ordinal = ordinals[c];
+                if (row.isNullAt(ordinal)) {
+                    return false;
+                }
+                float value = ColumnReader.scalar(row, ordinal, kinds[c]);
+                if (labels[c] && Float.isNaN(value)) {
+                    return false;
+                }
+                batch[c][at] = value;
+            }
+            return true;
+        }
+
+        private void addChecked(InternalRow row) {
             boolean valid = true;
             for (int c = 0; c < readers.length; c++) {
                 ColumnReader reader = readers[c];

@@ -12,6 +12,7 @@ import org.apache.spark.ml.linalg.VectorUDT;
 import org.apache.spark.ml.linalg.Vectors;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Decimal;
@@ -95,6 +96,52 @@ public class NativeTableTest {
         try (NativeTable features = table(rows.subList(3, 10), List.of("d"), List.of(), false)) {
             assertEquals(7, features.rows());
             assertTrue(Float.isNaN(features.columnValues("d")[0]));
+        }
+    }
+
+    @Test
+    public void unsafeRowsOfPlainColumnsReadAsOtherRowsDo() {
+        // Spark hands most rows over as UnsafeRows, which a table of plain scalar columns reads
+        // without a call per value: the same values, counts and messages as any other row.
+        List<String> plain = List.of("d", "i", "l", "b", "s", "f");
+        StructType schema = new StructType().add("d", DataTypes.DoubleType).add("i", DataTypes.IntegerType)
+                .add("l", DataTypes.LongType).add("b", DataTypes.BooleanType).add("s", DataTypes.ShortType)
+                .add("f", DataTypes.FloatType);
+        UnsafeProjection toUnsafe = UnsafeProjection.create(schema);
+        List<InternalRow> generic = new ArrayList<>();
+        List<InternalRow> unsafe = new ArrayList<>();
+        for (int i = 0; i < 3_000; i++) { // batches of 1,024 rows, nulls and NaN labels between them
+            Double d = i % 700 == 5 ? null : i % 900 == 7 ? Double.NaN : i * 1.1;
+            long l = (1L << 40) + 3L * i + 1; // beyond the integers a float holds exactly
+            InternalRow row = new GenericInternalRow(new Object[] {d, -i, l, i % 2 == 0, (short) i, i * 0.25f});
+            generic.add(row);
+            unsafe.add(toUnsafe.apply(row).copy());
+        }
+        for (boolean drop : new boolean[] {false, true}) {
+            for (List<String> labels : List.of(List.of("d"), List.<String>of())) {
+                Object expected = tableOrMessage(generic, schema, plain, labels, drop);
+                Object actual = tableOrMessage(unsafe, schema, plain, labels, drop);
+                assertEquals("drop " + drop + ", labels " + labels, expected, actual);
+            }
+        }
+    }
+
+    /** Every column's values and the row counts of a table of {@code rows}, or its error message. */
+    private static Object tableOrMessage(List<InternalRow> rows, StructType schema, List<String> columns,
+            List<String> labels, boolean drop) {
+        try (NativeTable t = NativeTable.fromRows(rows.iterator(), schema, columns, labels, drop, Long.MAX_VALUE)) {
+            List<Object> seen = new ArrayList<>(List.of(t.rows(), t.droppedRows()));
+            for (String column : columns) {
+                // Lists of boxed floats, so NaN equals NaN.
+                List<Float> values = new ArrayList<>();
+                for (float v : t.columnValues(column)) {
+                    values.add(v);
+                }
+                seen.add(values);
+            }
+            return seen;
+        } catch (HorovodException e) {
+            return e.getMessage();
         }
     }
 
