@@ -600,12 +600,14 @@ bench-ingest: tools jar-release
 # The same model and DataFrame fit every way, beside the floor (the same torch training without
 # Spark): horovod_rs's Keras, Torch and Lightning estimators on Arrow and through prepare_data +
 # Parquet, Spark's TorchDistributor and the native estimator, on a Rossmann-shaped MLP and on
-# Horovod's MNIST example; one CSV with each fit's phases (docs/estimators.md).
+# Horovod's MNIST example; one CSV with each fit's phases (docs/estimators.md). spark-submit hands
+# the driver's stderr to stdout, TensorFlow's start-up lines with it: the CSV keeps the rows only.
 ESTIMATOR_ARGS ?=
 bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow \
                  $(VENV)/.estimator-extras
 	TF_CPP_MIN_LOG_LEVEL=3 $(SPARK_SUBMIT) $(SPARK_ARGS) --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=3 \
-	  examples/bench/bench_estimator.py $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | tee build/bench-estimator.csv
+	  examples/bench/bench_estimator.py $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | \
+	  tee /dev/stderr | grep -E '^(case|mlp|mnist),' > build/bench-estimator.csv
 
 # The Run API's launch beside a plain, an empty barrier and an allGather barrier job of two tasks,
 # in turn for LAUNCH_RUNS rounds (empty: LaunchBenchmark's default); CSV impl,run,seconds and each
