@@ -160,9 +160,9 @@ abstract class ColumnReader {
 
     /**
      * The non-null value at {@code ordinal} of a plain scalar column of type {@code kind}, as a
-     * {@code float} (through {@code double}, as every column's values are). Static, with the
-     * type a number, so that a caller whose row is known to be an {@code UnsafeRow} (a final
-     * class) gets every read inlined.
+     * {@code float} rounded as the array readers round theirs (a long by way of a double).
+     * Static, with the type a number, so that a caller whose row is known to be an
+     * {@code UnsafeRow} (a final class) gets every read inlined.
      */
     static float scalar(InternalRow row, int ordinal, int kind) {
         switch (kind) {
