@@ -71,14 +71,14 @@ public final class IngestBenchmark {
             out.add("path,rows,columns,seconds,rows_per_s");
             // A first, untimed pass warms the JIT and the executors' native library.
             arrowDirect(data.limit(10_000), ranks, columns);
-            List<String> scans = new ArrayList<>();
-            List<String> arrows = new ArrayList<>();
+            List<Timed> scans = new ArrayList<>();
+            List<Timed> arrows = new ArrayList<>();
             for (int round = 0; round < repeats; round++) {
                 scans.add(scanOnly(data, ranks, columns));
                 arrows.add(arrowDirect(data, ranks, columns));
             }
-            out.addAll(scans);
-            out.addAll(arrows);
+            scans.forEach(s -> out.add(s.csv()));
+            arrows.forEach(a -> out.add(a.csv()));
             out.add(median("spark-scan-median", scans));
             out.add(median("arrow-direct-median", arrows));
             out.add(parquetRoundtrip(data, ranks, parquetReader));
@@ -111,7 +111,7 @@ public final class IngestBenchmark {
         return spark.range(0, rows, 1, 8).selectExpr(expressions.toArray(String[]::new));
     }
 
-    static String arrowDirect(Dataset<Row> data, int ranks, List<String> columns) {
+    static Timed arrowDirect(Dataset<Row> data, int ranks, List<String> columns) {
         long start = System.nanoTime();
         Dataset<Row> partitioned = data;
         var rdd = SparkShim.internalRows(partitioned);
@@ -122,14 +122,14 @@ public final class IngestBenchmark {
                 return table.rows();
             }
         }, HorovodRunOptions.fromConf(data.sparkSession().sparkContext().getConf()), "horovod-rs: ingest benchmark");
-        return line("arrow-direct", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
+        return Timed.since("arrow-direct", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
     }
 
     /**
      * The floor under arrow-direct: the same barrier stage reading every value of every row
      * (summing them, so that none is skipped), keeping none.
      */
-    static String scanOnly(Dataset<Row> data, int ranks, List<String> columns) {
+    static Timed scanOnly(Dataset<Row> data, int ranks, List<String> columns) {
         long start = System.nanoTime();
         var rdd = SparkShim.internalRows(data);
         int width = columns.size();
@@ -151,7 +151,7 @@ public final class IngestBenchmark {
             }
             return Double.isNaN(sum) ? -n : n;
         }, HorovodRunOptions.fromConf(data.sparkSession().sparkContext().getConf()), "horovod-rs: scan benchmark");
-        return line("spark-scan", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
+        return Timed.since("spark-scan", counts.stream().mapToLong(Long::longValue).sum(), columns.size(), start);
     }
 
     static String parquetRoundtrip(Dataset<Row> data, int ranks, String reader) throws Exception {
@@ -180,7 +180,7 @@ public final class IngestBenchmark {
                 throw new IllegalStateException("the Parquet reader failed");
             }
         }
-        String line = line("parquet-roundtrip", total, data.columns().length, start);
+        String line = Timed.since("parquet-roundtrip", total, data.columns().length, start).csv();
         deleteRecursively(dir.toFile());
         return line;
     }
@@ -192,27 +192,27 @@ public final class IngestBenchmark {
                 .setBatchSize(256).setEpochs(1).setTrainStepsPerEpoch(20).setVerbose(0)
                 .fit(data.limit(100_000));
         var epoch = model.getHistory().get(0);
-        double samples = 20.0 * 256 * ranks;
-        double seconds = samples / epoch.get("samples_per_second");
-        return String.format(Locale.ROOT, "train,%.0f,%d,%.3f,%.0f", samples, data.columns().length - 1, seconds,
-                epoch.get("samples_per_second"));
+        long samples = 20L * 256 * ranks;
+        return new Timed("train", samples, data.columns().length - 1, samples / epoch.get("samples_per_second")).csv();
     }
 
-    private static String line(String path, long rows, int columns, long startNanos) {
-        return line(path, rows, columns, (System.nanoTime() - startNanos) / 1e9);
+    /** One timed pass: its CSV line {@code path,rows,columns,seconds,rows_per_s}. */
+    record Timed(String path, long rows, int columns, double seconds) {
+        static Timed since(String path, long rows, int columns, long startNanos) {
+            return new Timed(path, rows, columns, (System.nanoTime() - startNanos) / 1e9);
+        }
+
+        String csv() {
+            return String.format(Locale.ROOT, "%s,%d,%d,%.3f,%.0f", path, rows, columns, seconds, rows / seconds);
+        }
     }
 
-    private static String line(String path, long rows, int columns, double seconds) {
-        return String.format(Locale.ROOT, "%s,%d,%d,%.3f,%.0f", path, rows, columns, seconds, rows / seconds);
-    }
-
-    /** The line of the median time among {@code lines} (CSV lines of one path), named {@code path}. */
-    static String median(String path, List<String> lines) {
-        List<String[]> fields = lines.stream().map(l -> l.split(","))
-                .sorted((a, b) -> Double.compare(Double.parseDouble(a[3]), Double.parseDouble(b[3])))
-                .collect(Collectors.toList());
-        String[] middle = fields.get(fields.size() / 2);
-        return line(path, Long.parseLong(middle[1]), Integer.parseInt(middle[2]), Double.parseDouble(middle[3]));
+    /** The median pass of {@code passes} (of one path), as a CSV line named {@code path}. */
+    static String median(String path, List<Timed> passes) {
+        List<Timed> sorted = new ArrayList<>(passes);
+        sorted.sort(java.util.Comparator.comparingDouble(Timed::seconds));
+        Timed middle = sorted.get(sorted.size() / 2);
+        return new Timed(path, middle.rows(), middle.columns(), middle.seconds()).csv();
     }
 
     private static void deleteRecursively(File file) {
