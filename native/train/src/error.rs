@@ -24,8 +24,8 @@ pub enum Error {
     /// (another length): the ranks do not run the same model.
     #[error("collective: {0}")]
     Exchange(String),
-    /// The trainer's threads could not be started.
-    #[error("starting the trainer's threads: {0}")]
+    /// The threads a trainer or predictor runs the model on could not be started.
+    #[error("starting the threads that run the model: {0}")]
     Threads(#[from] rayon::ThreadPoolBuildError),
     /// A collective with the other ranks failed.
     #[error(transparent)]
