@@ -58,7 +58,7 @@ BENCH_GLOO      ?= 0
 BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build java-test integration-test lint jar jars \
-        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-estimator bench-trainer tools spark-envs clean \
+        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-grouped bench-estimator bench-trainer tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
         $(addprefix pyspark-test-,$(TESTED_LINES)) $(addprefix pyspark-connect-test-,$(TESTED_LINES))
@@ -573,6 +573,15 @@ bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
 	  for impl in keras keras_none; do TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) \
 	    python/bench/bench_python.py --impl $$impl 2>/dev/null | sed 's/^\[0\]<stdout>://'; done; \
 	done
+
+# One call reducing a group of 1-8 small tensors (a conv net's gradients) on 2 processes:
+# horovod_rs's grouped_allreduce beside torch's gloo; CSV grouped,<impl>,<tensors>,<us_per_call>
+# (docs/engine.md).
+bench-grouped: $(VENV)/.horovod_rs $(VENV)/.torch
+	@echo "grouped,impl,tensors,us_per_call"
+	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_grouped.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'
+	@$(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29572 python/bench/bench_grouped.py \
+	  --impl gloo 2>/dev/null
 
 # The native trainer (candle) against torch on bench-estimator's MLP, one process each, the same
 # rows and batches, at 1 and 2 threads, rounds alternating them; CSV

@@ -98,7 +98,7 @@ def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_fac
 def allreduce_many(arrays, names, op="average", process_set=None):
     """Allreduces of several arrays, all submitted before any is waited on (so the engine can fuse
     them); the results in order."""
-    with process_sets.together(process_set):
+    with process_sets.together(process_set, len(arrays)):
         submitted = [submit("allreduce", a, n, process_set, op=op) for a, n in zip(arrays, names)]
     return [s.wait() for s in submitted]
 
@@ -111,7 +111,7 @@ def broadcast(array, root_rank, name=None, process_set=None):
 def broadcast_many(arrays, root_rank, names, process_set=None):
     """Broadcasts of several arrays from ``root_rank``, all submitted before any is waited on."""
     root = process_sets.root_position(root_rank, process_set)
-    with process_sets.together(process_set):
+    with process_sets.together(process_set, len(arrays)):
         submitted = [submit("broadcast", a, n, process_set, root=root) for a, n in zip(arrays, names)]
     return [s.wait() for s in submitted]
 

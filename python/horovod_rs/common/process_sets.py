@@ -74,10 +74,14 @@ def engine(process_set):
 
 
 @contextlib.contextmanager
-def together(process_set=None):
+def together(process_set=None, count=2):
     """Within the block, ``process_set``'s collectives are submitted as one group: the engine
     takes them into one negotiation cycle, as every rank does, instead of negotiating the first
-    alone while the rest wait out a cycle time."""
+    alone while the rest wait out a cycle time. ``count``: how many the block submits, where
+    known (a lone one needs no hold, which costs a few microseconds)."""
+    if count < 2:
+        yield
+        return
     rank, _ = engine(process_set)
     rank.hold()
     try:

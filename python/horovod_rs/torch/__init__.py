@@ -269,16 +269,18 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_allreduce", _process_sets.engine(process_set)[1])
-    with _process_sets.together(process_set):
+    with _process_sets.together(process_set, len(tensors)):
         return [allreduce_async(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor, process_set)
                 for i, t in enumerate(tensors)]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_allreduce", _process_sets.engine(process_set)[1])
-    with _process_sets.together(process_set):
+    with _process_sets.together(process_set, len(tensors)):
         return [allreduce_async_(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor,
                                  process_set) for i, t in enumerate(tensors)]
 
@@ -358,8 +360,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_allgather", _process_sets.engine(process_set)[1])
-    with _process_sets.together(process_set):
+    with _process_sets.together(process_set, len(tensors)):
         return [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
 
 
@@ -492,8 +495,9 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
                                 postscale_factor=1.0):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_reducescatter", _process_sets.engine(process_set)[1])
-    with _process_sets.together(process_set):
+    with _process_sets.together(process_set, len(tensors)):
         return [reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor, postscale_factor)
                 for i, t in enumerate(tensors)]
 
@@ -545,9 +549,9 @@ def allgather_object(obj, name=None, process_set=None):
 def broadcast_parameters(params, root_rank):
     """Rank ``root_rank``'s values of ``params`` (a state dict or (name, tensor) pairs) everywhere."""
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
-    with _process_sets.together():
-        handles = [broadcast_async_(p, root_rank, name="broadcast_parameters." + n) for n, p in items
-                   if torch.is_tensor(p)]
+    items = [(n, p) for n, p in items if torch.is_tensor(p)]
+    with _process_sets.together(count=len(items)):
+        handles = [broadcast_async_(p, root_rank, name="broadcast_parameters." + n) for n, p in items]
     for h in handles:
         synchronize(h)
 
