@@ -565,20 +565,22 @@ RECOVERY_RUNS ?= 3
 # DistributedOptimizer. Rounds alternate them, so that a busy moment on the host hits each.
 BENCH_ROUNDS ?= 3
 bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
-	@echo "impl,procs,batch,steps_per_s"
-	@for round in $$(seq $(BENCH_ROUNDS)); do \
-	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'; \
-	  $(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp 2>/dev/null; \
-	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl none | sed 's/^\[0\]<stdout>://'; \
+	@echo "impl,procs,batch,steps_per_s,model"
+	@for round in $$(seq $(BENCH_ROUNDS)); do for model in mlp mnist; do \
+	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs --model $$model | sed 's/^\[0\]<stdout>://'; \
+	  $(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp \
+	    --model $$model 2>/dev/null; \
+	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl none --model $$model | sed 's/^\[0\]<stdout>://'; \
+	  done; \
 	  for impl in keras keras_none; do TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) \
 	    python/bench/bench_python.py --impl $$impl 2>/dev/null | sed 's/^\[0\]<stdout>://'; done; \
 	done
 
 # One call reducing a group of 1-8 small tensors (a conv net's gradients) on 2 processes:
-# horovod_rs's grouped_allreduce beside torch's gloo; CSV grouped,<impl>,<tensors>,<us_per_call>
-# (docs/engine.md).
+# horovod_rs's grouped_allreduce and allreduce_async beside torch's gloo; CSV
+# grouped,<impl>,<how>,<tensors>,<us_per_call> (docs/engine.md).
 bench-grouped: $(VENV)/.horovod_rs $(VENV)/.torch
-	@echo "grouped,impl,tensors,us_per_call"
+	@echo "grouped,impl,how,tensors,us_per_call"
 	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_grouped.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'
 	@$(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29572 python/bench/bench_grouped.py \
 	  --impl gloo 2>/dev/null

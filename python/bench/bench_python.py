@@ -4,7 +4,9 @@ several processes, horovod_rs's DistributedOptimizer against torch's Distributed
 own model, as many processes at once, so they share the cores and memory as the others do); and
 the same MLP in Keras (``model.fit``), with horovod_rs's Keras DistributedOptimizer
 (--impl keras) and without (--impl keras_none). Run under `horovodrs -np N` (horovod_rs, none,
-keras, keras_none) or `torch.distributed.run` (ddp); rank 0 prints `impl,procs,batch,steps_per_s`.
+keras, keras_none) or `torch.distributed.run` (ddp); rank 0 prints
+`impl,procs,batch,steps_per_s,model`. ``--model mnist`` (torch only) runs Horovod's MNIST conv net
+instead (batch 64): a small model, whose step is short beside the exchange's latency.
 """
 
 import argparse
@@ -15,10 +17,12 @@ WARMUP, STEPS = 5, 100
 WIDTHS = (1000, 1000, 1000, 500)
 
 
-def model():
+def model(name):
     import torch
 
     torch.manual_seed(0)
+    if name == "mnist":
+        return mnist_net()
     layers, width = [], 198
     for units in WIDTHS:
         layers += [torch.nn.Linear(width, units), torch.nn.ReLU()]
@@ -26,18 +30,45 @@ def model():
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
 
 
-def train(net, optimizer, batch, rank):
+def mnist_net():
+    """Horovod's examples/pytorch/pytorch_mnist.py net (log-softmax of 10 classes)."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(1, 10, kernel_size=5), nn.Conv2d(10, 20, kernel_size=5)
+            self.conv2_drop = nn.Dropout2d()
+            self.fc1, self.fc2 = nn.Linear(320, 50), nn.Linear(50, 10)
+
+        def forward(self, x):
+            x = torch.relu(torch.max_pool2d(self.conv1(x), 2))
+            x = torch.relu(torch.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+            x = torch.dropout(torch.relu(self.fc1(x.view(-1, 320))), 0.5, self.training)
+            return torch.log_softmax(self.fc2(x), dim=1)
+
+    return Net()
+
+
+def train(net, optimizer, batch, rank, name):
     import torch
 
     g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(batch, 198, generator=g), torch.randn(batch, 1, generator=g)
-    for step in range(WARMUP + STEPS):
+    if name == "mnist":
+        x, y = torch.randn(batch, 1, 28, 28, generator=g), torch.randint(0, 10, (batch,), generator=g)
+        loss = torch.nn.functional.nll_loss
+    else:
+        x, y = torch.randn(batch, 198, generator=g), torch.randn(batch, 1, generator=g)
+        loss = torch.nn.functional.l1_loss
+    steps = STEPS * (5 if name == "mnist" else 1)  # (its steps are 10 times shorter)
+    for step in range(WARMUP + steps):
         if step == WARMUP:
             started = time.perf_counter()
         optimizer.zero_grad()
-        torch.nn.functional.l1_loss(net(x), y).backward()
+        loss(net(x), y).backward()
         optimizer.step()
-    return STEPS / (time.perf_counter() - started)
+    return steps / (time.perf_counter() - started)
 
 
 def keras_steps_per_s(distributed, batch):
@@ -77,17 +108,22 @@ def keras_steps_per_s(distributed, batch):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none", "keras", "keras_none"], required=True)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batch", type=int, help="default 256 (mlp), 64 (mnist)")
+    parser.add_argument("--model", choices=["mlp", "mnist"], default="mlp")
     args = parser.parse_args()
+    if args.batch is None:
+        args.batch = 64 if args.model == "mnist" else 256
     if args.impl.startswith("keras"):
+        if args.model != "mlp":
+            parser.error("the Keras rows run the MLP only")
         rank, procs, steps_per_s = keras_steps_per_s(args.impl == "keras", args.batch)
         if rank == 0:
-            print("%s,%d,%d,%.2f" % (args.impl, procs, args.batch, steps_per_s), flush=True)
+            print("%s,%d,%d,%.2f,%s" % (args.impl, procs, args.batch, steps_per_s, args.model), flush=True)
         os._exit(0)
     import torch  # (not before Keras's runs: its OpenMP would start with every core)
 
     torch.set_num_threads(1)  # one core per process, as in a Spark task
-    net = model()
+    net = model(args.model)
     if args.impl == "ddp":
         import torch.distributed as dist
 
@@ -106,11 +142,11 @@ def main():
             hvd.broadcast_parameters(net.state_dict(), root_rank=0)
         else:
             hvd.barrier()
-    steps_per_s = train(net, optimizer, args.batch, rank)
+    steps_per_s = train(net, optimizer, args.batch, rank, args.model)
     if args.impl == "none":
         hvd.barrier()  # the other process may still be stepping: leave together
     if rank == 0:
-        print("%s,%d,%d,%.2f" % (args.impl, procs, args.batch, steps_per_s), flush=True)
+        print("%s,%d,%d,%.2f,%s" % (args.impl, procs, args.batch, steps_per_s, args.model), flush=True)
     if args.impl == "ddp":
         torch.distributed.destroy_process_group()
     os._exit(0)

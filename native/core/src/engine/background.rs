@@ -1,11 +1,6 @@
 //! The engine's thread: runs a negotiation cycle every `cycle_time` and
 //! executes what it decides.
 //!
-//! A group of submissions made under a hold ([`super::Engine::hold`]) joins
-//! one cycle whole: a rank whose thread woke on the group's first tensor
-//! would otherwise negotiate that one alone while its peers, woken later,
-//! had the whole group, and the rest would wait out a cycle time.
-//!
 //! An idle rank (nothing in flight) does not sleep out the cycle: it waits
 //! for a submission and starts the next cycle as soon as one arrives, so a
 //! lone synchronous collective costs a negotiation round trip, not a cycle
@@ -15,6 +10,14 @@
 //! until it submits, which wakes it. While tensors are in
 //! flight the cycle time paces the cycles, so submissions that arrive
 //! together (a backward pass) are fused.
+//!
+//! Except right after a cycle that moved (took a submission in, or ran a
+//! batch): then the next cycle starts at once. A rank left with tensors its
+//! peers have not submitted yet waits for them inside that cycle's exchange,
+//! which a peer enters as soon as it submits; sleeping out the cycle time
+//! instead made the peer wait, in the same exchange, for the sleeper. A
+//! cycle that moved nothing (the tensors are still missing elsewhere) is
+//! followed by the usual sleep, so waiting never spins.
 //!
 //! Why a thread of its own: callers (autograd hooks, a JVM thread) submit
 //! tensors whenever they are ready and must not block on other ranks; and the
@@ -61,12 +64,6 @@ use crate::collectives::AllreduceOptions;
 /// rank's submission anyway; the wait only paces the coordinator's stall
 /// checks and spares an idle job a collective every `cycle_time`.
 const IDLE_CYCLE: Duration = Duration::from_millis(10);
-
-/// Longest a hold keeps this rank's next cycle waiting for its release. A
-/// hold only says more of a group is coming; one its caller never releases
-/// costs a cycle this long, once, and is then dropped. Long, since a group's
-/// submissions (copies of large tensors) may take a while.
-const HOLD_LIMIT: Duration = Duration::from_secs(1);
 
 /// Where a batch runs. Asked in [`BACKENDS`]' order, the first that takes a
 /// batch runs it (Horovod's operation manager, without its build-time
@@ -115,10 +112,6 @@ pub(crate) struct Submission {
 /// What callers send the engine's thread.
 pub(crate) enum Command {
     Submit(Submission),
-    /// A group of submissions follows: the next cycle waits for its
-    /// `Release` (up to [`HOLD_LIMIT`]) so that they join it together.
-    Hold,
-    Release,
     /// Stop every rank; the reason this rank leaves, if it gave one.
     Shutdown(Option<String>),
 }
@@ -157,9 +150,8 @@ pub(crate) struct Background<T: Transport> {
     pub leaving: Option<String>,
     /// The backend of GPU tensors.
     pub device: DeviceBackend,
-    /// Holds not yet released, and when the first of them came in.
-    pub holds: usize,
-    pub held_since: Option<Instant>,
+    /// This cycle took a submission in or ran a batch (see `run`).
+    pub moved: bool,
 }
 
 impl<T: Transport> Background<T> {
@@ -176,9 +168,10 @@ impl<T: Transport> Background<T> {
                 Err(e) => break Err(e),
             }
             let left = self.cycle_time.saturating_sub(started.elapsed());
+            let moved = std::mem::take(&mut self.moved);
             if self.tensors.is_empty() {
                 self.wait_for_submission(left.max(IDLE_CYCLE));
-            } else if !left.is_zero() {
+            } else if !moved && !left.is_zero() {
                 thread::sleep(left);
             }
         };
@@ -228,40 +221,17 @@ impl<T: Transport> Background<T> {
         }
     }
 
-    /// Moves submitted requests into the negotiation, waiting for the rest of
-    /// a held group; true when the engine should shut down (asked to, or
-    /// every sender is gone).
+    /// Moves submitted requests into the negotiation; true when the engine
+    /// should shut down (asked to, or every sender is gone).
     fn take_commands(&mut self, now: Instant) -> bool {
         let mut shutdown = std::mem::take(&mut self.early_shutdown);
         loop {
-            let command = match self.commands.try_recv() {
-                Ok(command) => command,
+            match self.commands.try_recv() {
+                Ok(command) => shutdown |= self.take_command(command, now),
+                Err(TryRecvError::Empty) => return shutdown,
                 Err(TryRecvError::Disconnected) => return true,
-                Err(TryRecvError::Empty) => match self.hold_left().filter(|_| !shutdown) {
-                    None => return shutdown,
-                    Some(left) => match self.commands.recv_timeout(left) {
-                        Ok(command) => command,
-                        Err(RecvTimeoutError::Timeout) => {
-                            debug!(
-                                "rank {}: a hold was not released within {HOLD_LIMIT:?}",
-                                self.transport.rank()
-                            );
-                            self.holds = 0;
-                            return shutdown;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => return true,
-                    },
-                },
-            };
-            shutdown |= self.take_command(command, now);
+            }
         }
-    }
-
-    /// How much longer the current hold may keep the cycle waiting; `None`
-    /// when nothing is held.
-    fn hold_left(&self) -> Option<Duration> {
-        let since = self.held_since.filter(|_| self.holds > 0)?;
-        Some(HOLD_LIMIT.saturating_sub(since.elapsed())).filter(|left| !left.is_zero())
     }
 
     /// One command: a submission joins the negotiation; true for a shutdown.
@@ -273,20 +243,10 @@ impl<T: Transport> Background<T> {
                     Ok(()) => {
                         let name = submission.request.name.clone();
                         self.tensors.insert(name, submission);
+                        self.moved = true;
                     }
                     Err(e) => submission.completer.complete(Err(e)),
                 }
-                false
-            }
-            Command::Hold => {
-                if self.holds == 0 {
-                    self.held_since = Some(Instant::now());
-                }
-                self.holds += 1;
-                false
-            }
-            Command::Release => {
-                self.holds = self.holds.saturating_sub(1);
                 false
             }
             Command::Shutdown(reason) => {
@@ -366,6 +326,7 @@ impl<T: Transport> Background<T> {
             warn!("rank {rank}: {error} (this rank did not submit it)");
         }
         for batch in plan.batches {
+            self.moved = true;
             self.execute(batch)?;
         }
         Ok(true)
