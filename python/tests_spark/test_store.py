@@ -62,3 +62,24 @@ def test_an_unwritable_store_is_named_before_anything_runs(tmp_path):
     assert not os.listdir(tmp_path / "runs")  # the probe is gone
     with pytest.raises(ValueError, match="the store at file:///proc/forbidden_dir cannot be written to"):
         Store.create("/proc/forbidden_dir").check_writable()
+
+
+def test_a_new_run_never_resumes_another_fit_of_the_same_second(tmp_path, monkeypatch):
+    from horovod_rs.spark.common import estimator as common
+    from horovod_rs.spark.torch import TorchEstimator
+
+    store = Store.create(str(tmp_path / "store"))
+    monkeypatch.setattr(common.time, "time", lambda: 1800000000.5)
+    # A fit that finished earlier in the same second, under the id Horovod's rule gives it.
+    local = tmp_path / "local"
+    local.mkdir()
+    writer = RunWriter(str(local), store.sync_fn("pytorch_1800000000"), ".pt")
+    with open(writer.next_path(), "wb") as f:
+        f.write(b"the earlier fit's weights")
+    writer.commit(1, {"loss": [0.5]})
+    ids = set()
+    for _ in range(2):
+        run_id, resume = TorchEstimator(store=store)._run()
+        assert resume is None and run_id.startswith("pytorch_1800000000")
+        ids.add(run_id)
+    assert len(ids) == 2 and "pytorch_1800000000" not in ids

@@ -14,6 +14,7 @@ its Python worker lives), predicts batch by batch, and appends one column per mo
 """
 
 import hashlib
+import secrets
 import time
 
 import cloudpickle
@@ -255,7 +256,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
 
     def _run(self):
         """This fit's run id (given, or new) and what it resumes from (None: a new run)."""
-        run_id = self.getRunId() or "%s_%d" % (self.run_id_prefix, int(time.time()))
+        # Horovod's new id is the second alone, so two fits in one second (a CrossValidator's, on
+        # small data) shared a run, and the second resumed the first's checkpoint as its own.
+        run_id = self.getRunId() or "%s_%d_%s" % (self.run_id_prefix, int(time.time()), secrets.token_hex(4))
         resume = self._read_resume(run_id)
         if resume is not None and self.getVerbose():
             print("horovod_rs: resuming run %s after epoch %d" % (run_id, resume[0]["epochs_done"]))
