@@ -578,7 +578,7 @@ bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
 
 # One call reducing a group of 1-8 small tensors (a conv net's gradients) on 2 processes:
 # horovod_rs's grouped_allreduce and allreduce_async beside torch's gloo; CSV
-# grouped,<impl>,<how>,<tensors>,<us_per_call> (docs/engine.md).
+# grouped,<impl>,<how>,<tensors>,<us_per_call> (docs/python.md).
 bench-grouped: $(VENV)/.horovod_rs $(VENV)/.torch
 	@echo "grouped,impl,how,tensors,us_per_call"
 	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_grouped.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'

@@ -511,30 +511,3 @@ fn idle_engines_do_not_wait_out_the_cycle_time() {
         );
     }
 }
-
-/// A rank whose cycle took a submission in (or ran a batch) starts the next
-/// one at once rather than sleeping out the cycle time: rank 0 submits two
-/// tensors together, rank 1 the second 100 ms after the first. Rank 0 is then
-/// left with the second in flight after the first runs; were it to sleep out
-/// the (minute-long) cycle time, rank 1's second would wait in the next
-/// cycle's exchange for it.
-#[test]
-fn a_rank_that_moved_does_not_wait_out_the_cycle_time() {
-    let config = EngineConfig {
-        cycle_time: Duration::from_secs(60),
-        ..EngineConfig::default()
-    };
-    run(2, config, |rank, engine| {
-        let sum = || Operation::allreduce(ReduceOp::Sum);
-        let first = engine.submit(request("pair.0", sum(), &[1.0])).unwrap();
-        if rank == 1 {
-            thread::sleep(Duration::from_millis(100));
-        }
-        let second = engine.submit(request("pair.1", sum(), &[2.0])).unwrap();
-        let sums: Vec<Vec<f64>> = wait_all(vec![first, second])
-            .into_iter()
-            .map(|output| to_f64s(&output.expect("the pair's allreduce").data))
-            .collect();
-        assert_eq!(sums, vec![vec![2.0], vec![4.0]]);
-    });
-}

@@ -136,7 +136,6 @@ impl Engine {
             early_shutdown: false,
             leaving: None,
             device: DeviceBackend::default(),
-            moved: false,
         };
         let thread = thread::Builder::new()
             .name(format!("{THREAD_NAME_PREFIX}{rank}"))
