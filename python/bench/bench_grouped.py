@@ -9,11 +9,15 @@ through one ``all_reduce(async_op=True)`` per tensor. Rank 0 prints
 
 import argparse
 import atexit
+import os
+import sys
 import time
 
 import torch
 
-SHAPES = [(10, 1, 5, 5), (10,), (20, 10, 5, 5), (20,), (50, 320), (50,), (10, 50), (10,)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "examples", "bench"))
+import bench_models  # noqa: E402
+
 WARMUP, CALLS = 100, 1000
 
 
@@ -51,9 +55,11 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank, ways = horovod_rs_ways() if args.impl == "horovod_rs" else gloo_ways()
+    # In forward order: the first k are the last k gradients backward produces.
+    shapes = [p.shape for p in bench_models.torch_model("mnist").parameters()]
     for how, reduce in ways:
         for k in (1, 2, 4, 8):
-            tensors = [torch.rand(shape) for shape in SHAPES[:k]]
+            tensors = [torch.rand(shape) for shape in shapes[:k]]
             for _ in range(WARMUP):
                 reduce(tensors, k)
             started = time.perf_counter()

@@ -6,12 +6,17 @@ the same MLP in Keras (``model.fit``), with horovod_rs's Keras DistributedOptimi
 (--impl keras) and without (--impl keras_none). Run under `horovodrs -np N` (horovod_rs, none,
 keras, keras_none) or `torch.distributed.run` (ddp); rank 0 prints
 `impl,procs,batch,steps_per_s,model`. ``--model mnist`` (torch only) runs Horovod's MNIST conv net
-instead (batch 64): a small model, whose step is short beside the exchange's latency.
+(``bench_models``') instead (batch 64): a small model, whose step is short beside the exchange's latency.
 """
 
 import argparse
 import os
+import sys
 import time
+
+# The MNIST net is make bench-estimator's (Horovod's Spark example net), one definition for both.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "examples", "bench"))
+import bench_models  # noqa: E402
 
 WARMUP, STEPS = 5, 100
 WIDTHS = (1000, 1000, 1000, 500)
@@ -22,33 +27,12 @@ def model(name):
 
     torch.manual_seed(0)
     if name == "mnist":
-        return mnist_net()
+        return bench_models.torch_model("mnist")
     layers, width = [], 198
     for units in WIDTHS:
         layers += [torch.nn.Linear(width, units), torch.nn.ReLU()]
         width = units
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
-
-
-def mnist_net():
-    """Horovod's examples/pytorch/pytorch_mnist.py net (log-softmax of 10 classes)."""
-    import torch
-    from torch import nn
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1, self.conv2 = nn.Conv2d(1, 10, kernel_size=5), nn.Conv2d(10, 20, kernel_size=5)
-            self.conv2_drop = nn.Dropout2d()
-            self.fc1, self.fc2 = nn.Linear(320, 50), nn.Linear(50, 10)
-
-        def forward(self, x):
-            x = torch.relu(torch.max_pool2d(self.conv1(x), 2))
-            x = torch.relu(torch.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
-            x = torch.dropout(torch.relu(self.fc1(x.view(-1, 320))), 0.5, self.training)
-            return torch.log_softmax(self.fc2(x), dim=1)
-
-    return Net()
 
 
 def train(net, optimizer, batch, rank, name):
