@@ -22,8 +22,10 @@ fn main() {
         .next()
         .map(|a| a.parse().expect("batch"))
         .unwrap_or(256);
-    let spec_json = include_str!("../../../examples/rossmann/rossmann-model.json");
-    let spec = ModelSpec::from_json(spec_json).unwrap();
+    let spec = ModelSpec::from_json(include_str!(
+        "../../../examples/rossmann/rossmann-model.json"
+    ))
+    .unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut columns = Vec::new();
     for input in &spec.inputs {
@@ -46,18 +48,14 @@ fn main() {
             "optimizer": {{"name": "adam", "learning_rate": 0.0001, "epsilon": 0.001}}}}"#
     ))
     .unwrap();
-    let mut trainer = Trainer::new(spec, config, table, &Single, None).unwrap();
+    let mut trainer = Trainer::new(spec.clone(), config, table, &Single, None).unwrap();
     let report = trainer.run_epoch(&Single).unwrap();
     println!("path,rows,columns,seconds,rows_per_s");
     println!(
         "train,{},36,{:.3},{:.0}",
         report.samples, report.seconds, report.samples_per_second
     );
-    let predictor = Predictor::new(
-        ModelSpec::from_json(spec_json).unwrap(),
-        &trainer.model_bytes(),
-    )
-    .unwrap();
+    let predictor = Predictor::new(spec, &trainer.model_bytes()).unwrap();
     let table = Table::new(rows, columns).unwrap();
     let started = Instant::now();
     let outputs = predictor.predict(&table).unwrap();
