@@ -511,3 +511,47 @@ fn idle_engines_do_not_wait_out_the_cycle_time() {
         );
     }
 }
+
+/// A held group joins one cycle on every rank: rank 1 submits its group's
+/// second tensor 100 ms after the first, and under the hold its engine waits
+/// for it instead of negotiating the first alone, which would leave rank 0's
+/// second waiting out the (minute-long) cycle time.
+#[test]
+fn a_held_group_is_negotiated_in_one_cycle() {
+    let config = EngineConfig {
+        cycle_time: Duration::from_secs(60),
+        ..EngineConfig::default()
+    };
+    run(2, config, |rank, engine| {
+        let sum = || Operation::allreduce(ReduceOp::Sum);
+        engine.hold();
+        let first = engine.submit(request("group.0", sum(), &[1.0])).unwrap();
+        if rank == 1 {
+            thread::sleep(Duration::from_millis(100));
+        }
+        let second = engine.submit(request("group.1", sum(), &[2.0])).unwrap();
+        engine.release();
+        let sums: Vec<Vec<f64>> = wait_all(vec![first, second])
+            .into_iter()
+            .map(|output| to_f64s(&output.expect("the group's allreduce").data))
+            .collect();
+        assert_eq!(sums, vec![vec![2.0], vec![4.0]]);
+    });
+}
+
+/// A hold its caller never releases only delays the next cycle: the
+/// collectives after it still complete, with the right sums.
+#[test]
+fn a_hold_never_released_does_not_stop_the_engine() {
+    run(2, EngineConfig::default(), |rank, engine| {
+        engine.hold();
+        for i in 0..3 {
+            let sum = Operation::allreduce(ReduceOp::Sum);
+            let handle = engine
+                .submit(request(&format!("after.{i}"), sum, &[rank as f64]))
+                .unwrap();
+            let output = wait_all(vec![handle]).pop().unwrap();
+            assert_eq!(to_f64s(&output.expect("allreduce").data), vec![1.0]);
+        }
+    });
+}

@@ -253,6 +253,17 @@ impl Rank {
         py.allow_threads(|| self.engine.leave(reason));
     }
 
+    /// Says a group of submissions follows, until `release()`: the engine negotiates them in one
+    /// cycle (a hint; an unreleased hold delays one cycle by at most a second).
+    fn hold(&self) {
+        self.engine.hold();
+    }
+
+    /// Ends a `hold()`.
+    fn release(&self) {
+        self.engine.release();
+    }
+
     /// Submits a named collective on `data` (`dtype` elements in `shape`); returns its handle.
     /// `kind` is allreduce, broadcast, allgather, alltoall, reducescatter, barrier or join.
     /// `in_place`: an allreduce or broadcast runs in `data`'s own memory (a writable, contiguous

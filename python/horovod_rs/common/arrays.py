@@ -98,7 +98,9 @@ def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_fac
 def allreduce_many(arrays, names, op="average", process_set=None):
     """Allreduces of several arrays, all submitted before any is waited on (so the engine can fuse
     them); the results in order."""
-    return [s.wait() for s in [submit("allreduce", a, n, process_set, op=op) for a, n in zip(arrays, names)]]
+    with process_sets.together(process_set, len(arrays)):
+        submitted = [submit("allreduce", a, n, process_set, op=op) for a, n in zip(arrays, names)]
+    return [s.wait() for s in submitted]
 
 
 def broadcast(array, root_rank, name=None, process_set=None):
@@ -109,7 +111,9 @@ def broadcast(array, root_rank, name=None, process_set=None):
 def broadcast_many(arrays, root_rank, names, process_set=None):
     """Broadcasts of several arrays from ``root_rank``, all submitted before any is waited on."""
     root = process_sets.root_position(root_rank, process_set)
-    return [s.wait() for s in [submit("broadcast", a, n, process_set, root=root) for a, n in zip(arrays, names)]]
+    with process_sets.together(process_set, len(arrays)):
+        submitted = [submit("broadcast", a, n, process_set, root=root) for a, n in zip(arrays, names)]
+    return [s.wait() for s in submitted]
 
 
 def allgather(array, name=None, process_set=None):
@@ -150,9 +154,10 @@ def alltoall(array, splits=None, name=None, process_set=None):
     splits = alltoall_splits(splits, array.shape[0], n)
     name = name or basics.next_name("alltoall", set_id)
     # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
-    received = submit("alltoall", np.array(splits, dtype=np.int32).reshape(n, 1), name + ".splits", process_set,
-                      splits=[1] * n)
-    rows = submit("alltoall", array, name, process_set, splits=splits)
+    with process_sets.together(process_set):
+        received = submit("alltoall", np.array(splits, dtype=np.int32).reshape(n, 1), name + ".splits", process_set,
+                          splits=[1] * n)
+        rows = submit("alltoall", array, name, process_set, splits=splits)
     return rows.wait(), received.wait().reshape(-1)
 
 

@@ -6,6 +6,7 @@ collectives are negotiated and run without the other ranks and never block the j
 ``process_set=`` arguments pick the engine; a rank outside the set is refused with a message.
 """
 
+import contextlib
 import json
 
 import numpy as np
@@ -70,6 +71,23 @@ def engine(process_set):
         raise ValueError("rank %d is not in %r: only its ranks run its collectives"
                          % (basics.rank(), process_set))
     return process_set._rank, process_set.process_set_id
+
+
+@contextlib.contextmanager
+def together(process_set=None, count=2):
+    """Within the block, ``process_set``'s collectives are submitted as one group: the engine
+    takes them into one negotiation cycle, as every rank does, instead of negotiating the first
+    alone while the rest wait out a cycle time. ``count``: how many the block submits, where
+    known (a lone one needs no hold, which costs a few microseconds)."""
+    if count < 2:
+        yield
+        return
+    rank, _ = engine(process_set)
+    rank.hold()
+    try:
+        yield
+    finally:
+        rank.release()
 
 
 def root_position(root_rank, process_set):

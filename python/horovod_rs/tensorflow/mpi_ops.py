@@ -96,9 +96,10 @@ def _exchange(kind, tensors, names, process_set, options):
     other collectives read the tensor's own memory into their request."""
     in_place = kind in arrays.IN_PLACE_KINDS
     with _tf_errors(kind):
-        submitted = [arrays.submit(kind, _aligned_copy(t) if in_place else t._numpy(), n, process_set,
-                                   in_place=in_place, **options)
-                     for t, n in zip(tensors, names)]
+        with _process_sets.together(process_set, len(tensors)):
+            submitted = [arrays.submit(kind, _aligned_copy(t) if in_place else t._numpy(), n, process_set,
+                                       in_place=in_place, **options)
+                         for t, n in zip(tensors, names)]
         return [_as_tensor(s.wait()) for s in submitted]
 
 

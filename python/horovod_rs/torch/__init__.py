@@ -269,16 +269,20 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_allreduce", _process_sets.engine(process_set)[1])
-    return [allreduce_async(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor, process_set)
-            for i, t in enumerate(tensors)]
+    with _process_sets.together(process_set, len(tensors)):
+        return [allreduce_async(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor, process_set)
+                for i, t in enumerate(tensors)]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_allreduce", _process_sets.engine(process_set)[1])
-    return [allreduce_async_(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor, process_set)
-            for i, t in enumerate(tensors)]
+    with _process_sets.together(process_set, len(tensors)):
+        return [allreduce_async_(t, average, "%s.%d" % (base, i), op, prescale_factor, postscale_factor,
+                                 process_set) for i, t in enumerate(tensors)]
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -340,8 +344,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     """A sparse tensor's allreduce as Horovod's: every rank's indices and values gathered (the
     sum of sparse tensors concatenates them; averages divide the values). Returns a function
     that waits and gives the sparse result."""
-    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(), "%s.indices" % name, process_set)
-    values = allgather_async(tensor._values(), "%s.values" % name, process_set)
+    with _process_sets.together(process_set):
+        indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(), "%s.indices" % name, process_set)
+        values = allgather_async(tensor._values(), "%s.values" % name, process_set)
 
     def result():
         gathered_values, gathered_indices = synchronize(values), synchronize(indices)
@@ -355,8 +360,10 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_allgather", _process_sets.engine(process_set)[1])
-    return [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
+    with _process_sets.together(process_set, len(tensors)):
+        return [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -419,8 +426,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     name = name or basics.next_name("alltoall", set_id)
     # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
     counts = torch.tensor(splits, dtype=torch.int32).reshape(n, 1)
-    received = engine.submit("alltoall", name + ".splits", _byte_view(counts), "int32", [n, 1], splits=[1] * n)
-    return _submit("alltoall", tensor, name, received_splits=received, splits=splits, process_set=process_set)
+    with _process_sets.together(process_set):
+        received = engine.submit("alltoall", name + ".splits", _byte_view(counts), "int32", [n, 1], splits=[1] * n)
+        return _submit("alltoall", tensor, name, received_splits=received, splits=splits, process_set=process_set)
 
 
 class _Alltoall(torch.autograd.Function):
@@ -487,9 +495,11 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
                                 postscale_factor=1.0):
+    tensors = list(tensors)
     base = name or basics.next_name("grouped_reducescatter", _process_sets.engine(process_set)[1])
-    return [reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor, postscale_factor)
-            for i, t in enumerate(tensors)]
+    with _process_sets.together(process_set, len(tensors)):
+        return [reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor, postscale_factor)
+                for i, t in enumerate(tensors)]
 
 
 class _GroupedReducescatter(torch.autograd.Function):
@@ -539,8 +549,9 @@ def allgather_object(obj, name=None, process_set=None):
 def broadcast_parameters(params, root_rank):
     """Rank ``root_rank``'s values of ``params`` (a state dict or (name, tensor) pairs) everywhere."""
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
-    handles = [broadcast_async_(p, root_rank, name="broadcast_parameters." + n) for n, p in items
-               if torch.is_tensor(p)]
+    items = [(n, p) for n, p in items if torch.is_tensor(p)]
+    with _process_sets.together(count=len(items)):
+        handles = [broadcast_async_(p, root_rank, name="broadcast_parameters." + n) for n, p in items]
     for h in handles:
         synchronize(h)
 

@@ -11,6 +11,7 @@ import warnings
 
 import torch
 
+from horovod_rs.common.process_sets import together
 from horovod_rs.torch.compression import Compression
 
 
@@ -94,8 +95,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._process_set.included():
             self._synchronized = True
             return
-        for p in self._requires_update:
-            if self._handles.get(p, (None, None))[0] is None:
+        missing = [p for p in self._requires_update if self._handles.get(p, (None, None))[0] is None]
+        with together(self._process_set, len(missing)):
+            for p in missing:
                 self._handles[p] = self._reduce_async(p)
         for p, (handle, ctx) in list(self._handles.items()):
             self._passes_left[p] = self.backward_passes_per_step
@@ -148,9 +150,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
         starts = [p.detach().clone() for p in params]
         loss = super(self.__class__, self).step(closure)
-        handles = [self._hvd.allreduce_async(p.detach() - start, name="adasum." + self._names[p],
-                                             op=self._hvd.Adasum, process_set=self._process_set)
-                   for p, start in zip(params, starts)]
+        with together(self._process_set, len(params)):
+            handles = [self._hvd.allreduce_async(p.detach() - start, name="adasum." + self._names[p],
+                                                 op=self._hvd.Adasum, process_set=self._process_set)
+                       for p, start in zip(params, starts)]
         with torch.no_grad():
             for p, start, handle in zip(params, starts, handles):
                 p.copy_(start + self._hvd.synchronize(handle))

@@ -1,6 +1,11 @@
 //! The engine's thread: runs a negotiation cycle every `cycle_time` and
 //! executes what it decides.
 //!
+//! A group of submissions made under a hold ([`super::Engine::hold`]) joins
+//! one cycle whole: a rank whose thread woke on the group's first tensor
+//! would otherwise negotiate that one alone while its peers, woken later,
+//! had the whole group, and the rest would wait out a cycle time.
+//!
 //! An idle rank (nothing in flight) does not sleep out the cycle: it waits
 //! for a submission and starts the next cycle as soon as one arrives, so a
 //! lone synchronous collective costs a negotiation round trip, not a cycle
@@ -57,6 +62,12 @@ use crate::collectives::AllreduceOptions;
 /// checks and spares an idle job a collective every `cycle_time`.
 const IDLE_CYCLE: Duration = Duration::from_millis(10);
 
+/// Longest a hold keeps this rank's next cycle waiting for its release. A
+/// hold only says more of a group is coming; one its caller never releases
+/// costs a cycle this long, once, and is then dropped. Long, since a group's
+/// submissions (copies of large tensors) may take a while.
+const HOLD_LIMIT: Duration = Duration::from_secs(1);
+
 /// Where a batch runs. Asked in [`BACKENDS`]' order, the first that takes a
 /// batch runs it (Horovod's operation manager, without its build-time
 /// matrix: a build without NCCL still has the backend, which fails GPU
@@ -104,6 +115,10 @@ pub(crate) struct Submission {
 /// What callers send the engine's thread.
 pub(crate) enum Command {
     Submit(Submission),
+    /// A group of submissions follows: the next cycle waits for its
+    /// `Release` (up to [`HOLD_LIMIT`]) so that they join it together.
+    Hold,
+    Release,
     /// Stop every rank; the reason this rank leaves, if it gave one.
     Shutdown(Option<String>),
 }
@@ -142,6 +157,9 @@ pub(crate) struct Background<T: Transport> {
     pub leaving: Option<String>,
     /// The backend of GPU tensors.
     pub device: DeviceBackend,
+    /// Holds not yet released, and when the first of them came in.
+    pub holds: usize,
+    pub held_since: Option<Instant>,
 }
 
 impl<T: Transport> Background<T> {
@@ -210,17 +228,43 @@ impl<T: Transport> Background<T> {
         }
     }
 
-    /// Moves submitted requests into the negotiation; true when the engine
-    /// should shut down (asked to, or every sender is gone).
+    /// Moves submitted requests into the negotiation, waiting for the rest of
+    /// a held group; true when the engine should shut down (asked to, or
+    /// every sender is gone).
     fn take_commands(&mut self, now: Instant) -> bool {
         let mut shutdown = std::mem::take(&mut self.early_shutdown);
         loop {
-            match self.commands.try_recv() {
-                Ok(command) => shutdown |= self.take_command(command, now),
-                Err(TryRecvError::Empty) => return shutdown,
+            let command = match self.commands.try_recv() {
+                Ok(command) => command,
                 Err(TryRecvError::Disconnected) => return true,
-            }
+                Err(TryRecvError::Empty) => match self.hold_left().filter(|_| !shutdown) {
+                    None => return shutdown,
+                    Some(left) => match self.commands.recv_timeout(left) {
+                        Ok(command) => command,
+                        Err(RecvTimeoutError::Timeout) => continue, // (`hold_left` drops it)
+                        Err(RecvTimeoutError::Disconnected) => return true,
+                    },
+                },
+            };
+            shutdown |= self.take_command(command, now);
         }
+    }
+
+    /// How much longer the current hold may keep the cycle waiting; `None`
+    /// when nothing is held, or the hold has outlived [`HOLD_LIMIT`] (it is
+    /// then dropped).
+    fn hold_left(&mut self) -> Option<Duration> {
+        let since = self.held_since.filter(|_| self.holds > 0)?;
+        let left = HOLD_LIMIT.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            debug!(
+                "rank {}: a hold was not released within {HOLD_LIMIT:?}",
+                self.transport.rank()
+            );
+            self.holds = 0;
+            return None;
+        }
+        Some(left)
     }
 
     /// One command: a submission joins the negotiation; true for a shutdown.
@@ -235,6 +279,17 @@ impl<T: Transport> Background<T> {
                     }
                     Err(e) => submission.completer.complete(Err(e)),
                 }
+                false
+            }
+            Command::Hold => {
+                if self.holds == 0 {
+                    self.held_since = Some(Instant::now());
+                }
+                self.holds += 1;
+                false
+            }
+            Command::Release => {
+                self.holds = self.holds.saturating_sub(1);
                 false
             }
             Command::Shutdown(reason) => {

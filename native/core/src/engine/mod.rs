@@ -136,6 +136,8 @@ impl Engine {
             early_shutdown: false,
             leaving: None,
             device: DeviceBackend::default(),
+            holds: 0,
+            held_since: None,
         };
         let thread = thread::Builder::new()
             .name(format!("{THREAD_NAME_PREFIX}{rank}"))
@@ -227,6 +229,19 @@ impl Engine {
                 cause: "the engine thread has exited".into(),
             })?;
         Ok(handle)
+    }
+
+    /// Says a group of submissions follows, until [`Engine::release`]: this
+    /// rank's next cycle waits for the whole group (up to a second), so the
+    /// group is negotiated, and fused, in one cycle on every rank that
+    /// holds it too. Only a hint: a hold never released delays one cycle.
+    pub fn hold(&self) {
+        let _ = self.commands.send(Command::Hold);
+    }
+
+    /// Ends a [`Engine::hold`].
+    pub fn release(&self) {
+        let _ = self.commands.send(Command::Release);
     }
 }
 
