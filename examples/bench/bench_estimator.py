@@ -17,7 +17,11 @@ its peer, Spark's TorchDistributor) offers, beside the floor; one CSV line per w
   the DataFrame is written to the store as Parquet first; the write is part of the time);
 - ``torchdistributor``: Spark's TorchDistributor running the same torch model with DDP over gloo,
   fed as its users usually do: the DataFrame written as Parquet, each process reading its files;
-- ``native``: horovod_rs's JVM HorovodEstimator with the native trainer (the MLP only).
+- ``native``: horovod_rs's JVM HorovodEstimator with the native trainer (the MLP only);
+- ``multiworker``: Keras's own data parallelism, the peer of the Keras ways: the floor's Keras fit
+  under TensorFlow's ``MultiWorkerMirroredStrategy`` (gradients averaged over gRPC), without
+  Spark (``fit_seconds`` as the floor's: its loops); on Keras 2 (``tf_keras``), since Keras 3 has
+  no such strategy.
 
 Two cases (``bench_models``): ``mlp``, a Rossmann-shaped MLP on 36 float columns (batch 256, 2
 epochs), and ``mnist``, Horovod's Spark MNIST example (its conv net on 28x28 generated digits,
@@ -166,7 +170,12 @@ def native(args, spark, df, framework, store):
                             learningRate=1e-3, batchSize=args.batch, epochs=args.epochs, verbose=0).fit(columns)
 
 
-def floor(args, spark, df, framework, store):
+def multiworker(args, spark, df, framework, store):
+    """Keras's own data parallelism: the floor's processes under MultiWorkerMirroredStrategy."""
+    return floor(args, spark, df, framework, store, multiworker_port=29591)
+
+
+def floor(args, spark, df, framework, store, multiworker_port=None):
     """The floor's seconds per phase: its training and validation loops, and its processes' start
     and imports as ``framework`` (a warm fit's Python workers have them already). ``df``'s rows
     are collected to a file for the processes first, outside those."""
@@ -189,6 +198,9 @@ def floor(args, spark, df, framework, store):
                                    "--master_port", "29581"] + command, check=True, capture_output=True, text=True,
                                   timeout=FLOOR_TIMEOUT_S, env=env).stdout]
     else:  # Keras's floor exchanges nothing: its processes only start together
+        if multiworker_port is not None:  # (Keras 3 has no MultiWorkerMirroredStrategy; Keras 2 has)
+            command += ["--multiworker", str(multiworker_port)]
+            env["TF_USE_LEGACY_KERAS"] = "1"
         processes = [subprocess.Popen([sys.executable] + command + ["--rank", str(rank), "--size", str(args.procs)],
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
                      for rank in range(args.procs)]
@@ -202,9 +214,10 @@ def floor(args, spark, df, framework, store):
 WAYS = [("floor", "torch", floor), ("floor", "lightning", floor), ("floor", "keras", floor), ("arrow", "torch", arrow),
         ("arrow", "lightning", arrow),
         ("arrow", "keras", arrow), ("parquet", "torch", parquet), ("parquet", "keras", parquet),
-        ("torchdistributor", "torch", torchdistributor), ("native", "native", native)]
+        ("torchdistributor", "torch", torchdistributor), ("multiworker", "keras", multiworker),
+        ("native", "native", native)]
 CASE_WAYS = {"mlp": WAYS,
-             "mnist": [way for way in WAYS if way[0] in ("floor", "arrow", "torchdistributor")]}
+             "mnist": [way for way in WAYS if way[0] in ("floor", "arrow", "torchdistributor", "multiworker")]}
 
 
 def run_case(spark, args, store, wanted):
@@ -219,7 +232,7 @@ def run_case(spark, args, store, wanted):
                 not in wanted:
             continue
         try:
-            if way is not floor:  # the floor's processes start afresh every time
+            if way not in (floor, multiworker):  # their processes start afresh every time
                 way(warmup, spark, small, framework, store)
         except Exception:
             pass  # the timed run reports it
@@ -230,9 +243,11 @@ def run_case(spark, args, store, wanted):
             print("%s,%s,%s: failed: %s" % (args.case, impl, framework, e), file=sys.stderr)
             continue
         seconds = time.time() - started
-        if way is floor:
+        if way in (floor, multiworker):
             phases = result
-            seconds = floor_seconds[framework] = result["train"] + result["validation"]
+            seconds = result["train"] + result["validation"]
+            if way is floor:
+                floor_seconds[framework] = seconds
         else:
             phases = result.getTimings() if hasattr(result, "getTimings") else {}
         floor_of_way = floor_seconds.get(framework, floor_seconds.get("torch") if framework != "keras" else None)

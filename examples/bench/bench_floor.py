@@ -10,7 +10,10 @@ epochs and batch size given, validating after each epoch, and rank 0 prints one 
   against Lightning's own loop and not only torch's;
 - ``--framework keras`` (``--rank`` and ``--size`` given, the processes started together): Keras's
   ``model.fit`` on the arrays, with no exchange between the processes: TensorFlow's compute alone,
-  a floor below any data-parallel Keras.
+  a floor below any data-parallel Keras. With ``--multiworker PORT``, Keras's own data parallelism
+  instead: the same fit under TensorFlow's ``MultiWorkerMirroredStrategy`` (gradients averaged over
+  gRPC; the processes listen on PORT, PORT+1, ...), each process still on its own rows (Keras 2
+  only: run it with ``TF_USE_LEGACY_KERAS=1``).
 """
 
 import argparse
@@ -30,6 +33,8 @@ def main():
     parser.add_argument("--framework", choices=["torch", "lightning", "keras"], default="torch")
     parser.add_argument("--rank", type=int, help="keras: this process's rank")
     parser.add_argument("--size", type=int, help="keras: the number of processes")
+    parser.add_argument("--multiworker", type=int, metavar="PORT",
+                        help="keras: train under MultiWorkerMirroredStrategy, the processes at PORT, PORT+1, ...")
     parser.add_argument("--case", choices=["mlp", "mnist"], required=True)
     parser.add_argument("--data", required=True, help=".npz with features, label, validation")
     parser.add_argument("--epochs", type=int, required=True)
@@ -156,25 +161,38 @@ def _LightningLaps(pl):
 
 
 def keras_floor(args):
+    if args.multiworker:  # read when the strategy is made
+        workers = ["localhost:%d" % (args.multiworker + r) for r in range(args.size)]
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                              "task": {"type": "worker", "index": args.rank}})
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if args.multiworker else tf.distribute.get_strategy()
+    # The strategy splits each batch a process's dataset yields over the job's replicas (one per
+    # process): batches of batch x size give each replica the batch a floor process takes.
+    batch = args.batch * (args.size if args.multiworker else 1)
     features, label, validation, steps = my_rows(args.data, args.rank, args.size, args.batch)
     if args.case == "mnist":  # one-hot labels, as the KerasEstimator case learns them
         label = np.eye(10, dtype=np.float32)[label.astype(np.int64)]
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     x, y = features[~validation], label[~validation]
     # Passes back to back in exact batches, as a fit's ranks take them (a process with fewer rows
     # than the mean wraps around).
-    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat().batch(args.batch, drop_remainder=True)
-    model = bench_models.keras_model(args.case, args.hidden)
-    optimizer, loss = bench_models.keras_training(args.case)
-    optimizer.learning_rate = optimizer.learning_rate * args.size
-    model.compile(optimizer=optimizer, loss=loss)
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat().batch(batch, drop_remainder=True)
+    val = tf.data.Dataset.from_tensor_slices((features[validation], label[validation])).batch(batch) \
+        if validation.any() else None
+    with strategy.scope():
+        model = bench_models.keras_model(args.case, args.hidden)
+        optimizer, loss = bench_models.keras_training(args.case)
+        optimizer.learning_rate = optimizer.learning_rate * args.size
+        model.compile(optimizer=optimizer, loss=loss)
     laps = _KerasLaps(tf)
-    val = (features[validation], label[validation]) if validation.any() else None
-    model.fit(train, steps_per_epoch=steps, epochs=args.epochs, validation_data=val, validation_batch_size=args.batch,
-              callbacks=[laps], verbose=0, shuffle=False)  # (the dataset shuffles)
+    model.fit(train.with_options(options), steps_per_epoch=steps, epochs=args.epochs, callbacks=[laps], verbose=0,
+              validation_data=val.with_options(options) if val is not None else None,
+              shuffle=False)  # (the dataset shuffles)
     return laps.seconds if args.rank == 0 else None
 
 
