@@ -202,6 +202,23 @@ def test_mismatched_shapes_fail_on_every_rank_naming_the_tensor():
         hvd.allreduce(torch.zeros(R + 1), name="mismatch.shape")
 
 
+def test_a_name_stays_taken_until_its_result_is_synchronized():
+    handle = hvd.allreduce_async(torch.ones(3), name="taken")
+    hvd.barrier()  # every rank submitted it: it may well have run, its result not yet synchronized
+    with pytest.raises(ValueError, match="taken"):
+        hvd.allreduce_async(torch.ones(3), name="taken")
+    assert hvd.synchronize(handle).tolist() == [1.0] * 3
+    assert hvd.allreduce(torch.ones(3), name="taken").tolist() == [1.0] * 3
+
+
+def test_a_failed_group_frees_every_name():
+    with pytest.raises(RuntimeError, match="failed.0"):
+        hvd.grouped_allreduce([torch.zeros(R + 1), torch.ones(3)], name="failed")
+    # The group's other tensor ran; its name is free again with the failed one's.
+    assert [t.tolist() for t in hvd.grouped_allreduce([torch.ones(2), torch.ones(3)], name="failed")] == \
+        [[1.0] * 2, [1.0] * 3]
+
+
 def _model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))

@@ -555,3 +555,66 @@ fn a_hold_never_released_does_not_stop_the_engine() {
         }
     });
 }
+
+/// A rank left with part of a burst its peer has not submitted yet starts
+/// its next cycle at once and waits for the peer inside it: rank 0 takes both
+/// tensors into one cycle (held), rank 1 submits the second only once the
+/// first is done, and it completes long before the (minute-long) cycle time
+/// rank 0 would otherwise have slept out.
+#[test]
+fn the_rest_of_a_burst_does_not_wait_out_the_cycle_time() {
+    let config = EngineConfig {
+        cycle_time: Duration::from_secs(60),
+        ..EngineConfig::default()
+    };
+    let elapsed = run(2, config, |rank, engine| {
+        let sum = || Operation::allreduce(ReduceOp::Sum);
+        let started = std::time::Instant::now();
+        let sums = if rank == 0 {
+            engine.hold();
+            let first = engine.submit(request("burst.0", sum(), &[1.0])).unwrap();
+            let second = engine.submit(request("burst.1", sum(), &[2.0])).unwrap();
+            engine.release();
+            wait_all(vec![first, second])
+        } else {
+            let first = engine.submit(request("burst.0", sum(), &[1.0])).unwrap();
+            let mut done = wait_all(vec![first]);
+            let second = engine.submit(request("burst.1", sum(), &[2.0])).unwrap();
+            done.extend(wait_all(vec![second]));
+            done
+        };
+        let sums: Vec<Vec<f64>> = sums
+            .into_iter()
+            .map(|output| to_f64s(&output.expect("the burst's allreduce").data))
+            .collect();
+        assert_eq!(sums, vec![vec![2.0], vec![4.0]]);
+        started.elapsed()
+    });
+    for took in elapsed {
+        assert!(took < Duration::from_secs(10), "the burst took {took:?}");
+    }
+}
+
+/// A name stays taken until its result is taken or its handle dropped, not
+/// only until the ranks ran it: whether a second submission is a duplicate
+/// does not depend on how fast the ranks were.
+#[test]
+fn a_name_stays_taken_until_its_result_is_taken() {
+    run(2, EngineConfig::default(), |_, engine| {
+        let sum = || Operation::allreduce(ReduceOp::Sum);
+        let mut first = engine.submit(request("kept", sum(), &[1.0])).unwrap();
+        assert!(first.wait_ready(WAIT), "the allreduce completes");
+        let again = engine.submit(request("kept", sum(), &[1.0])).unwrap_err();
+        assert_eq!(
+            again.to_string(),
+            "tensor 'kept' is already in flight on this rank"
+        );
+        assert_eq!(to_f64s(&first.wait(WAIT).unwrap().data), [2.0]);
+        let second = engine.submit(request("kept", sum(), &[1.0])).unwrap();
+        assert!(second.wait_ready(WAIT));
+        drop(second);
+        let third = engine.submit(request("kept", sum(), &[1.0])).unwrap();
+        let done = wait_all(vec![third]).pop().unwrap();
+        assert_eq!(to_f64s(&done.unwrap().data), [2.0]);
+    });
+}

@@ -95,12 +95,27 @@ def allreduce(array, op="average", name=None, prescale_factor=1.0, postscale_fac
                   postscale=postscale_factor).wait()
 
 
+def results(waits):
+    """Calls every one of ``waits`` (each a handle's wait) in order and returns their results.
+    Each is called even after one raised, so that every handle's result is taken and its name
+    free for the next submission (a name stays taken until then); the first error is raised."""
+    out, first_error = [], None
+    for wait in waits:
+        try:
+            out.append(wait())
+        except Exception as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+    return out
+
+
 def allreduce_many(arrays, names, op="average", process_set=None):
     """Allreduces of several arrays, all submitted before any is waited on (so the engine can fuse
     them); the results in order."""
     with process_sets.together(process_set, len(arrays)):
         submitted = [submit("allreduce", a, n, process_set, op=op) for a, n in zip(arrays, names)]
-    return [s.wait() for s in submitted]
+    return results(s.wait for s in submitted)
 
 
 def broadcast(array, root_rank, name=None, process_set=None):
@@ -113,7 +128,7 @@ def broadcast_many(arrays, root_rank, names, process_set=None):
     root = process_sets.root_position(root_rank, process_set)
     with process_sets.together(process_set, len(arrays)):
         submitted = [submit("broadcast", a, n, process_set, root=root) for a, n in zip(arrays, names)]
-    return [s.wait() for s in submitted]
+    return results(s.wait for s in submitted)
 
 
 def allgather(array, name=None, process_set=None):

@@ -100,7 +100,7 @@ def _exchange(kind, tensors, names, process_set, options):
             submitted = [arrays.submit(kind, _aligned_copy(t) if in_place else t._numpy(), n, process_set,
                                        in_place=in_place, **options)
                          for t, n in zip(tensors, names)]
-        return [_as_tensor(s.wait()) for s in submitted]
+        return [_as_tensor(r) for r in arrays.results(s.wait for s in submitted)]
 
 
 # TensorFlow's kernels assume tensors this aligned (Eigen's largest alignment).

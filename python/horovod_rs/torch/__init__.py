@@ -172,6 +172,12 @@ def synchronize(handle):
         raise HorovodInternalError(str(e)) from e
 
 
+def _synchronize_all(handles):
+    """``synchronize`` of every handle, in order; each one's result is taken (its name freed) before
+    the first error is raised."""
+    return arrays.results(lambda h=h: synchronize(h) for h in handles)
+
+
 def _result(pending):
     if pending.on_device:
         pending.work.wait(basics.wait_timeout())  # enqueued on the stream; the tensor holds the result
@@ -291,7 +297,7 @@ class _GroupedAllreduce(torch.autograd.Function):
         ctx.options = (average, op, prescale_factor, postscale_factor, process_set)
         handles = grouped_allreduce_async(list(tensors), average, name, op, prescale_factor, postscale_factor,
                                           process_set)
-        return tuple(synchronize(h) for h in handles)
+        return tuple(_synchronize_all(handles))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -311,8 +317,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None):
-    return [synchronize(h) for h in grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                             postscale_factor, process_set)]
+    return _synchronize_all(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                     process_set))
 
 
 def allgather_async(tensor, name=None, process_set=None):
@@ -371,7 +377,7 @@ class _GroupedAllgather(torch.autograd.Function):
     def forward(ctx, name, process_set, *tensors):
         ctx.rows = [t.shape[0] for t in tensors]
         ctx.process_set = process_set
-        return tuple(synchronize(h) for h in grouped_allgather_async(list(tensors), name, process_set))
+        return tuple(_synchronize_all(grouped_allgather_async(list(tensors), name, process_set)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -507,7 +513,7 @@ class _GroupedReducescatter(torch.autograd.Function):
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.options = (op, process_set, prescale_factor, postscale_factor)
         handles = grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor, postscale_factor)
-        return tuple(synchronize(h) for h in handles)
+        return tuple(_synchronize_all(handles))
 
     @staticmethod
     def backward(ctx, *grad_outputs):

@@ -16,6 +16,16 @@
 //! flight the cycle time paces the cycles, so submissions that arrive
 //! together (a backward pass) are fused.
 //!
+//! Except right after a cycle that moved (took a submission in, or ran a
+//! batch): then the next cycle starts at once. A rank left with tensors its
+//! peers have not submitted yet waits for them inside that cycle's exchange,
+//! which a peer enters as soon as it submits; sleeping out the cycle time
+//! instead made the peer wait, in the same exchange, for the sleeper (a burst
+//! of `allreduce_async` calls paid up to a cycle time whenever one rank's
+//! cycle took in more of it than another's). A cycle that moved nothing (the
+//! tensors are still missing elsewhere) is followed by the usual sleep, so
+//! waiting never spins.
+//!
 //! Why a thread of its own: callers (autograd hooks, a JVM thread) submit
 //! tensors whenever they are ready and must not block on other ranks; and the
 //! transport needs one caller that issues every rank's collectives in the
@@ -160,6 +170,8 @@ pub(crate) struct Background<T: Transport> {
     /// Holds not yet released, and when the first of them came in.
     pub holds: usize,
     pub held_since: Option<Instant>,
+    /// This cycle took a submission in or ran a batch (see `run`).
+    pub moved: bool,
 }
 
 impl<T: Transport> Background<T> {
@@ -176,9 +188,10 @@ impl<T: Transport> Background<T> {
                 Err(e) => break Err(e),
             }
             let left = self.cycle_time.saturating_sub(started.elapsed());
+            let moved = std::mem::take(&mut self.moved);
             if self.tensors.is_empty() {
                 self.wait_for_submission(left.max(IDLE_CYCLE));
-            } else if !left.is_zero() {
+            } else if !moved && !left.is_zero() {
                 thread::sleep(left);
             }
         };
@@ -276,6 +289,7 @@ impl<T: Transport> Background<T> {
                     Ok(()) => {
                         let name = submission.request.name.clone();
                         self.tensors.insert(name, submission);
+                        self.moved = true;
                     }
                     Err(e) => submission.completer.complete(Err(e)),
                 }
@@ -369,6 +383,7 @@ impl<T: Transport> Background<T> {
             warn!("rank {rank}: {error} (this rank did not submit it)");
         }
         for batch in plan.batches {
+            self.moved = true;
             self.execute(batch)?;
         }
         Ok(true)

@@ -4,6 +4,12 @@
 //! [`Completer`]; a completer dropped without completing (the engine thread
 //! ended abnormally) completes the handle with `EngineStopped`, so no waiter
 //! can be left waiting forever.
+//!
+//! A submission's name stays taken on its rank until the caller has its
+//! result (or drops the handle), not only until the ranks have run it: how
+//! soon the ranks run it depends on their timing, and whether submitting a
+//! name again is refused must not (a second submission before the first's
+//! result was taken is a duplicate, as Horovod's tests expect).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -31,19 +37,20 @@ struct Shared {
 pub struct Handle {
     name: String,
     shared: Arc<Shared>,
+    /// The rank's names in flight, which this one leaves once its result is
+    /// taken or the handle dropped.
+    in_flight: Option<InFlight>,
 }
 
 /// The engine's side of a [`Handle`].
 #[derive(Debug)]
 pub(crate) struct Completer {
     shared: Option<Arc<Shared>>,
-    /// The rank's names in flight, which this one leaves when completed.
-    in_flight: Option<(InFlight, String)>,
 }
 
-/// The names submitted on a rank and not yet completed: a second
-/// submission of one of them is refused at once, as Horovod does, rather
-/// than failing later through its handle.
+/// The names submitted on a rank whose results the callers have not taken
+/// yet: a second submission of one of them is refused at once, as Horovod
+/// does, rather than failing later through its handle.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct InFlight(Arc<Mutex<HashSet<String>>>);
 
@@ -66,10 +73,10 @@ impl InFlight {
 }
 
 /// A handle and completer for the tensor `name`, which stays in
-/// `in_flight` until completed.
+/// `in_flight` until its result is taken or the handle dropped.
 pub(crate) fn tracked_pair(name: &str, in_flight: InFlight) -> (Handle, Completer) {
-    let (handle, mut completer) = pair(name);
-    completer.in_flight = Some((in_flight, name.to_string()));
+    let (mut handle, completer) = pair(name);
+    handle.in_flight = Some(in_flight);
     (handle, completer)
 }
 
@@ -83,10 +90,10 @@ pub(crate) fn pair(name: &str) -> (Handle, Completer) {
         Handle {
             name: name.to_string(),
             shared: shared.clone(),
+            in_flight: None,
         },
         Completer {
             shared: Some(shared),
-            in_flight: None,
         },
     )
 }
@@ -130,8 +137,11 @@ impl Handle {
     /// The result if it is available, without blocking; `None` while the
     /// request is in flight.
     pub fn poll(&mut self) -> Option<Result<Output>> {
-        let mut slot = self.lock();
-        take(&mut slot, &self.name)
+        let result = take(&mut self.lock(), &self.name);
+        if result.is_some() {
+            self.free_name();
+        }
+        result
     }
 
     /// Blocks until the result is available or `timeout` has passed.
@@ -145,6 +155,8 @@ impl Handle {
         let mut slot = self.lock();
         loop {
             if let Some(result) = take(&mut slot, &self.name) {
+                drop(slot);
+                self.free_name();
                 return result;
             }
             let left = match deadline {
@@ -175,6 +187,19 @@ impl Handle {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The name may be submitted again (before the caller sees the result).
+    fn free_name(&mut self) {
+        if let Some(in_flight) = self.in_flight.take() {
+            in_flight.leave(&self.name);
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.free_name();
+    }
 }
 
 fn take(slot: &mut Slot, name: &str) -> Option<Result<Output>> {
@@ -197,10 +222,6 @@ impl Completer {
     }
 
     fn deliver(&mut self, result: Result<Output>) {
-        // The name is free again before the waiter can see the result.
-        if let Some((in_flight, name)) = self.in_flight.take() {
-            in_flight.leave(&name);
-        }
         if let Some(shared) = self.shared.take() {
             let mut slot = shared.slot.lock().unwrap_or_else(PoisonError::into_inner);
             *slot = Slot::Done(result);

@@ -138,6 +138,7 @@ impl Engine {
             device: DeviceBackend::default(),
             holds: 0,
             held_since: None,
+            moved: false,
         };
         let thread = thread::Builder::new()
             .name(format!("{THREAD_NAME_PREFIX}{rank}"))
@@ -199,7 +200,8 @@ impl Engine {
     /// `InvalidArgument` if the request is inconsistent on its own (data
     /// length and shape, broadcast root, alltoall splits, scale factors);
     /// `DuplicateName` while an earlier submission of the name on this rank
-    /// is in flight; `EngineStopped` once the engine has stopped. Errors that
+    /// has not had its result taken (nor its handle dropped);
+    /// `EngineStopped` once the engine has stopped. Errors that
     /// need the other ranks (mismatch, stall) arrive through the handle.
     pub fn submit(&self, request: Request) -> Result<Handle> {
         request.validate(self.size)?;
