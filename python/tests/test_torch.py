@@ -211,6 +211,12 @@ def test_a_name_stays_taken_until_its_result_is_synchronized():
     assert hvd.allreduce(torch.ones(3), name="taken").tolist() == [1.0] * 3
 
 
+def test_alltoall_refuses_splits_that_are_not_integers():
+    # Float splits that happen to add up would otherwise be taken on some ranks and not others.
+    with pytest.raises(ValueError, match="integers"):
+        hvd.alltoall(torch.ones(N), splits=torch.ones(N))
+
+
 def test_a_failed_group_frees_every_name():
     with pytest.raises(RuntimeError, match="failed.0"):
         hvd.grouped_allreduce([torch.zeros(R + 1), torch.ones(3)], name="failed")

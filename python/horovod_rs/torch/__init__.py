@@ -428,7 +428,12 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     engine, set_id = _process_sets.engine(process_set)
     n = engine.size()
-    splits = arrays.alltoall_splits(splits.tolist() if torch.is_tensor(splits) else splits, tensor.shape[0], n)
+    if torch.is_tensor(splits):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            # (Its values may still happen to add up on some ranks, which would then wait for the rest.)
+            raise ValueError("alltoall splits must be a tensor of integers, not %s" % splits.dtype)
+        splits = splits.tolist()
+    splits = arrays.alltoall_splits(splits, tensor.shape[0], n)
     name = name or basics.next_name("alltoall", set_id)
     # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
     counts = torch.tensor(splits, dtype=torch.int32).reshape(n, 1)
