@@ -225,6 +225,18 @@ def test_a_failed_group_frees_every_name():
         [[1.0] * 2, [1.0] * 3]
 
 
+def test_a_failed_optimizer_step_frees_every_gradients_name():
+    same, differs = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(R + 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([same, differs], lr=0.1),
+                                   named_parameters=[("same", same), ("differs", differs)])
+    (same.sum() + differs.sum()).backward()
+    with pytest.raises(RuntimeError, match="grad.differs"):
+        opt.step()
+    # Both gradients' results were taken: their names are free for the next step's collectives.
+    assert hvd.allreduce(torch.ones(3), name="grad.same").tolist() == [1.0] * 3
+    assert hvd.allreduce(torch.ones(2), name="grad.differs").tolist() == [1.0] * 2
+
+
 def _model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))

@@ -11,6 +11,7 @@ import warnings
 
 import torch
 
+from horovod_rs.common import arrays
 from horovod_rs.common.process_sets import together
 from horovod_rs.torch.compression import Compression
 
@@ -99,20 +100,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         with together(self._process_set, len(missing)):
             for p in missing:
                 self._handles[p] = self._reduce_async(p)
-        for p, (handle, ctx) in list(self._handles.items()):
-            self._passes_left[p] = self.backward_passes_per_step
-            if callable(handle):  # a sparse gradient's allreduce
-                p.grad = handle()
-                continue
-            averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
-            if p.grad.is_sparse:
-                p.grad = averaged.reshape(p.grad.shape).to_sparse()
-                continue
-            if averaged is not p.grad:
-                with torch.no_grad():
-                    p.grad.copy_(averaged.reshape(p.grad.shape))
-        self._handles.clear()
+        handles, self._handles = self._handles, {}
+        # Every gradient's result is taken (its name freed) before the first error is raised.
+        arrays.results(lambda p=p, handle=handle, ctx=ctx: self._write_average(p, handle, ctx)
+                       for p, (handle, ctx) in handles.items())
         self._synchronized = True
+
+    def _write_average(self, p, handle, ctx):
+        """Waits for ``p``'s reduced gradient and writes it into ``p.grad``."""
+        self._passes_left[p] = self.backward_passes_per_step
+        if callable(handle):  # a sparse gradient's allreduce
+            p.grad = handle()
+            return
+        averaged = self._compression.decompress(self._hvd.synchronize(handle), ctx)
+        if p.grad.is_sparse:
+            p.grad = averaged.reshape(p.grad.shape).to_sparse()
+        elif averaged is not p.grad:
+            with torch.no_grad():
+                p.grad.copy_(averaged.reshape(p.grad.shape))
 
     @contextlib.contextmanager
     def skip_synchronize(self):
