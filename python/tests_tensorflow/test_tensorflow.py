@@ -238,6 +238,8 @@ def test_ranks_that_disagree_get_a_named_error():
         hvd.allreduce(tf.ones([RANK + 1]), name="disagreeing.shapes")
     with pytest.raises(tf.errors.InvalidArgumentError, match="one entry per rank"):
         hvd.alltoall(tf.ones([3]), splits=[3] + [1] * SIZE)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must be integers"):  # even when they add up
+        hvd.alltoall(tf.ones([SIZE]), splits=tf.ones([SIZE]))
     # The job goes on after an error.
     assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == SIZE
 

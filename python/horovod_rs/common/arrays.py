@@ -142,7 +142,12 @@ def alltoall_splits(splits, rows, ranks):
         if rows % ranks:
             raise ValueError("alltoall without splits needs a first dimension divisible by %d, not %d" % (ranks, rows))
         return [rows // ranks] * ranks
-    splits = [int(s) for s in np.asarray(splits).reshape(-1)]
+    splits = np.asarray(splits).reshape(-1)
+    if splits.size and splits.dtype.kind not in "iu":
+        # Refused on every rank: read as numbers, they might add up on some ranks only, which would
+        # then wait for the others.
+        raise ValueError("alltoall splits must be integers, not %s" % splits.dtype)
+    splits = [int(s) for s in splits]
     if len(splits) != ranks or sum(splits) != rows or min(splits, default=0) < 0:
         raise ValueError("alltoall splits %s need one entry per rank (%d), none negative, summing to the first "
                          "dimension %d" % (splits, ranks, rows))
@@ -173,7 +178,8 @@ def alltoall(array, splits=None, name=None, process_set=None):
         received = submit("alltoall", np.array(splits, dtype=np.int32).reshape(n, 1), name + ".splits", process_set,
                           splits=[1] * n)
         rows = submit("alltoall", array, name, process_set, splits=splits)
-    return rows.wait(), received.wait().reshape(-1)
+    rows, received = results([rows.wait, received.wait])
+    return rows, received.reshape(-1)
 
 
 def join():

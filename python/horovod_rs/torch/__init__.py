@@ -179,17 +179,19 @@ def _synchronize_all(handles):
 
 
 def _result(pending):
-    if pending.on_device:
-        pending.work.wait(basics.wait_timeout())  # enqueued on the stream; the tensor holds the result
-        result = None
-    else:
-        result = _wait(pending.work, pending.dtype, pending.output)
-    if pending.finish is not None:
-        result = pending.finish(result)
-    if pending.received_splits is not None:
-        data, shape = pending.received_splits.wait(basics.wait_timeout())
-        return result, _from_bytes(data, torch.int32, shape).reshape(-1)
-    return result
+    def result():
+        if pending.on_device:
+            pending.work.wait(basics.wait_timeout())  # enqueued on the stream; the tensor holds the result
+            output = None
+        else:
+            output = _wait(pending.work, pending.dtype, pending.output)
+        return output if pending.finish is None else pending.finish(output)
+
+    if pending.received_splits is None:
+        return result()
+    # (The splits' result is taken even when the rows failed: its name is free again.)
+    output, (data, shape) = arrays.results([result, lambda: pending.received_splits.wait(basics.wait_timeout())])
+    return output, _from_bytes(data, torch.int32, shape).reshape(-1)
 
 
 def _wait(work, dtype, output):
@@ -428,11 +430,9 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     engine, set_id = _process_sets.engine(process_set)
     n = engine.size()
-    if torch.is_tensor(splits):
-        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
-            # (Its values may still happen to add up on some ranks, which would then wait for the rest.)
-            raise ValueError("alltoall splits must be a tensor of integers, not %s" % splits.dtype)
-        splits = splits.tolist()
+    if torch.is_tensor(splits):  # numpy has no bfloat16: floats go as float64 (refused all the same)
+        splits = splits.detach().cpu()
+        splits = (splits.double() if splits.dtype.is_floating_point else splits).numpy()
     splits = arrays.alltoall_splits(splits, tensor.shape[0], n)
     name = name or basics.next_name("alltoall", set_id)
     # Rank j learns how many rows rank r sends it from a one-row-per-rank alltoall of the splits.
@@ -563,8 +563,7 @@ def broadcast_parameters(params, root_rank):
     items = [(n, p) for n, p in items if torch.is_tensor(p)]
     with _process_sets.together(count=len(items)):
         handles = [broadcast_async_(p, root_rank, name="broadcast_parameters." + n) for n, p in items]
-    for h in handles:
-        synchronize(h)
+    _synchronize_all(handles)
 
 
 def _initialize_state(optimizer, model):

@@ -160,8 +160,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                                  op=self._hvd.Adasum, process_set=self._process_set)
                        for p, start in zip(params, starts)]
         with torch.no_grad():
-            for p, start, handle in zip(params, starts, handles):
-                p.copy_(start + self._hvd.synchronize(handle))
+            for p, start, update in zip(params, starts, self._hvd._synchronize_all(handles)):
+                p.copy_(start + update)
         return loss
 
 
