@@ -87,7 +87,8 @@ def test_fits_learns_and_transforms(spark, tmp_path, mlflow_run, capsys):
                              "checkpoint", "finish", "return", "model", "other", "wall"]
     assert timings["train"] > 0 and timings["validation"] > 0 and timings["wall"] > timings["train"]
     assert sum(v for k, v in timings.items() if k != "wall") == pytest.approx(timings["wall"], abs=0.02)
-    assert re.search(r"horovod_rs: TorchEstimator.fit took [0-9.]+ s: driver [0-9.]+ s, .*train [0-9.]+ s", out)
+    # (Phases under 0.05 s are left out of the line: the driver's may be, on a fast host.)
+    assert re.search(r"horovod_rs: TorchEstimator.fit took [0-9.]+ s: [a-z]+ [0-9.]+ s, .*train [0-9.]+ s", out)
     history = model.getHistory()
     assert [h["epoch"] for h in history] == [0, 1, 2]
     assert set(history[-1]) == {"epoch", "train", "validation"}
