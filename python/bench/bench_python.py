@@ -1,12 +1,16 @@
 """make bench-python: training steps/s of a Rossmann-shaped MLP (198-1000-1000-1000-500-1) on
 several processes, horovod_rs's DistributedOptimizer against torch's DistributedDataParallel
-(gloo), and the floor: the same job with no communication (--impl none: each process steps its
-own model, as many processes at once, so they share the cores and memory as the others do); and
-the same MLP in Keras (``model.fit``), with horovod_rs's Keras DistributedOptimizer
-(--impl keras) and without (--impl keras_none). Run under `horovodrs -np N` (horovod_rs, none,
-keras, keras_none) or `torch.distributed.run` (ddp); rank 0 prints
-`impl,procs,batch,steps_per_s,model`. ``--model mnist`` (torch only) runs Horovod's MNIST conv net
-(``bench_models``') instead (batch 64): a small model, whose step is short beside the exchange's latency.
+(gloo), and two floors: the same job with no communication (--impl none: each process steps its
+own model, as many processes at once, so they share the cores and memory as the others do), and
+the same job in lockstep (--impl sync: after each backward pass the processes allreduce 4 bytes,
+the loss, and exchange no gradient: what any synchronous data parallelism pays on the host before
+it moves a byte of gradients, as every step waits for the slowest process); and the same model in
+Keras (``model.fit``), with horovod_rs's Keras DistributedOptimizer (--impl keras), without
+(--impl keras_none) and in lockstep (--impl keras_sync: a 4-byte allreduce of the gradients' sum
+before each update). Run under `horovodrs -np N` (all but ddp) or `torch.distributed.run` (ddp);
+rank 0 prints `impl,procs,batch,steps_per_s,model`. ``--model mnist`` runs Horovod's MNIST conv
+net (``bench_models``') instead (batch 64): a small model, whose step is short beside the
+exchange's latency.
 """
 
 import argparse
@@ -35,7 +39,8 @@ def model(name):
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
 
 
-def train(net, optimizer, batch, rank, name):
+def train(net, optimizer, batch, rank, name, lockstep=None):
+    """Steps/s; ``lockstep(loss)``, when given, runs between each backward pass and update."""
     import torch
 
     g = torch.Generator().manual_seed(rank)
@@ -50,13 +55,39 @@ def train(net, optimizer, batch, rank, name):
         if step == WARMUP:
             started = time.perf_counter()
         optimizer.zero_grad()
-        loss(net(x), y).backward()
+        value = loss(net(x), y)
+        value.backward()
+        if lockstep is not None:
+            lockstep(value.detach().reshape(1))
         optimizer.step()
     return steps / (time.perf_counter() - started)
 
 
-def keras_steps_per_s(distributed, batch):
-    """The MLP's steps/s in Keras's ``model.fit`` (one thread, as a Spark task's), the same batch
+def _lockstep_optimizer(optimizer, hvd, hvd_tf):
+    """``optimizer``, whose every update first allreduces 4 bytes that depend on the step's
+    gradients (their sum): the ranks step in lockstep, exchanging no gradient."""
+    import tensorflow as tf
+
+    def lockstep(grads):
+        total = tf.add_n([tf.reduce_sum(g) for g in grads if g is not None])
+        done = hvd_tf.allreduce(tf.reshape(total, [1]), name="lockstep")
+        with tf.control_dependencies([done]):
+            return [None if g is None else tf.identity(g) for g in grads]
+
+    if hvd._is_keras3(optimizer):
+        class Lockstep(type(optimizer)):
+            def apply(self, grads, trainable_variables=None):
+                return super().apply(lockstep(list(grads)), trainable_variables)
+    else:
+        class Lockstep(type(optimizer)):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                grads, variables = zip(*grads_and_vars)
+                return super().apply_gradients(zip(lockstep(list(grads)), variables), *args, **kwargs)
+    return Lockstep.from_config(optimizer.get_config())
+
+
+def keras_steps_per_s(impl, batch, name):
+    """The model's steps/s in Keras's ``model.fit`` (one thread, as a Spark task's), the same batch
     every step as the torch rows."""
     os.environ["OMP_NUM_THREADS"] = "1"  # TensorFlow's oneDNN kernels too (Spark sets it for a task)
     import tensorflow as tf
@@ -68,39 +99,48 @@ def keras_steps_per_s(distributed, batch):
     tf.config.threading.set_inter_op_parallelism_threads(1)
     hvd.init()
     keras = tf.keras
-    layers = [keras.Input((198,))] + [keras.layers.Dense(units, activation="relu") for units in WIDTHS]
-    net = keras.Sequential(layers + [keras.layers.Dense(1)])
-    optimizer = keras.optimizers.Adam(1e-4)
-    net.compile(hvd.DistributedOptimizer(optimizer) if distributed else optimizer, loss="mae")
     g = tf.random.Generator.from_seed(hvd.rank())
-    data = tf.data.Dataset.from_tensors((g.normal([batch, 198]), g.normal([batch, 1]))).repeat()
+    if name == "mnist":
+        net = bench_models.keras_model("mnist")
+        optimizer, loss = bench_models.keras_training("mnist")
+        labels = tf.one_hot(g.uniform([batch], 0, 10, dtype=tf.int32), 10)
+        data = tf.data.Dataset.from_tensors((g.normal([batch, 784]), labels)).repeat()
+    else:
+        layers = [keras.Input((198,))] + [keras.layers.Dense(units, activation="relu") for units in WIDTHS]
+        net = keras.Sequential(layers + [keras.layers.Dense(1)])
+        optimizer, loss = keras.optimizers.Adam(1e-4), "mae"
+        data = tf.data.Dataset.from_tensors((g.normal([batch, 198]), g.normal([batch, 1]))).repeat()
+    if impl == "keras":
+        optimizer = hvd.DistributedOptimizer(optimizer)
+    elif impl == "keras_sync":
+        optimizer = _lockstep_optimizer(optimizer, hvd, hvd_tf)
+    net.compile(optimizer, loss=loss)
     # Without tf.data's autotuning (as the KerasEstimator's pipelines): with it, both rows' steps
     # fell on a few fixed rates run to run (19.6, 39.3, 55.3 steps/s), whatever the exchange.
     options = tf.data.Options()
     options.autotune.enabled = False
     data = data.with_options(options)
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if distributed else []
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if impl == "keras" else []
+    steps = STEPS * (5 if name == "mnist" else 1)
     net.fit(data, epochs=1, steps_per_epoch=WARMUP, verbose=0, shuffle=False, callbacks=callbacks)
     hvd_tf.barrier()
     started = time.perf_counter()
-    net.fit(data, epochs=1, steps_per_epoch=STEPS, verbose=0, shuffle=False)
-    steps_per_s = STEPS / (time.perf_counter() - started)
+    net.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
+    steps_per_s = steps / (time.perf_counter() - started)
     hvd_tf.barrier()  # (without an exchange the other process may still be stepping)
     return hvd.rank(), hvd.size(), steps_per_s
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none", "keras", "keras_none"], required=True)
+    parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none", "sync", "keras", "keras_none", "keras_sync"], required=True)
     parser.add_argument("--batch", type=int, help="default 256 (mlp), 64 (mnist)")
     parser.add_argument("--model", choices=["mlp", "mnist"], default="mlp")
     args = parser.parse_args()
     if args.batch is None:
         args.batch = 64 if args.model == "mnist" else 256
     if args.impl.startswith("keras"):
-        if args.model != "mlp":
-            parser.error("the Keras rows run the MLP only")
-        rank, procs, steps_per_s = keras_steps_per_s(args.impl == "keras", args.batch)
+        rank, procs, steps_per_s = keras_steps_per_s(args.impl, args.batch, args.model)
         if rank == 0:
             print("%s,%d,%d,%.2f,%s" % (args.impl, procs, args.batch, steps_per_s, args.model), flush=True)
         os._exit(0)
@@ -126,7 +166,8 @@ def main():
             hvd.broadcast_parameters(net.state_dict(), root_rank=0)
         else:
             hvd.barrier()
-    steps_per_s = train(net, optimizer, args.batch, rank, args.model)
+    lockstep = (lambda loss: hvd.allreduce(loss, name="lockstep")) if args.impl == "sync" else None
+    steps_per_s = train(net, optimizer, args.batch, rank, args.model, lockstep)
     if args.impl == "none":
         hvd.barrier()  # the other process may still be stepping: leave together
     if rank == 0:
