@@ -3,8 +3,9 @@ several processes, horovod_rs's DistributedOptimizer against torch's Distributed
 (gloo), and two floors: the same job with no communication (--impl none: each process steps its
 own model, as many processes at once, so they share the cores and memory as the others do), and
 the same job in lockstep (--impl sync: after each backward pass the processes allreduce 4 bytes,
-the loss, and exchange no gradient: what any synchronous data parallelism pays on the host before
-it moves a byte of gradients, as every step waits for the slowest process); and the same model in
+the loss, and exchange no gradient: every step waits for the slower process, as in any synchronous
+data parallelism; it also waits out one engine round trip, which an exchange that starts during
+backward partly hides, so a DistributedOptimizer may step faster); and the same model in
 Keras (``model.fit``), with horovod_rs's Keras DistributedOptimizer (--impl keras), without
 (--impl keras_none) and in lockstep (--impl keras_sync: a 4-byte allreduce of the gradients' sum
 before each update). Run under `horovodrs -np N` (all but ddp) or `torch.distributed.run` (ddp);
@@ -133,7 +134,8 @@ def keras_steps_per_s(impl, batch, name):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["horovod_rs", "ddp", "none", "sync", "keras", "keras_none", "keras_sync"], required=True)
+    parser.add_argument("--impl", required=True,
+                        choices=["horovod_rs", "ddp", "none", "sync", "keras", "keras_none", "keras_sync"])
     parser.add_argument("--batch", type=int, help="default 256 (mlp), 64 (mnist)")
     parser.add_argument("--model", choices=["mlp", "mnist"], default="mlp")
     args = parser.parse_args()
