@@ -4,10 +4,8 @@ ranks, and how a rank turns an Arrow batch into numpy arrays column by column (n
 On the driver, ``plan_columns`` checks every column the estimator uses and returns the select
 expressions: floating columns go as float32 (float64 with ``float_type='double'``), integers as
 they are (embedding indices stay exact), booleans as float32, ML vectors (dense or sparse) and
-arrays as fixed-length float arrays, or vectors as they are (``vectors_as_structs``): Spark's
-Arrow conversion then sends each as its struct (type, size, indices, values), which a rank decodes.
-In a rank, ``to_numpy`` turns one Arrow column into an array of shape ``(rows,)`` or
-``(rows, width)``, naming the column when it holds nulls or ragged arrays.
+arrays as fixed-length float arrays. In a rank, ``to_numpy`` turns one Arrow column into an array of
+shape ``(rows,)`` or ``(rows, width)``, naming the column when it holds nulls or ragged arrays.
 """
 
 from dataclasses import dataclass
@@ -47,13 +45,8 @@ def _is_vector(data_type):
     return isinstance(data_type, VectorUDT)
 
 
-def plan_columns(df, columns, float_type="float", vectors_as_structs=False):
-    """``(select_expressions, {name: ColumnInfo})`` for ``columns`` of ``df``, checked.
-
-    ``vectors_as_structs``: ML vectors are selected as they are, for ``to_numpy`` to decode, rather
-    than through ``vector_to_array``, a Scala UDF whose first use in an executor costs seconds (Scala
-    reflection starting: 2.3 s on a 2-core host) and which builds an array per row. For rows that
-    reach a rank through Arrow only: Parquet files and pandas rows keep the arrays."""
+def plan_columns(df, columns, float_type="float"):
+    """``(select_expressions, {name: ColumnInfo})`` for ``columns`` of ``df``, checked."""
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -70,8 +63,7 @@ def plan_columns(df, columns, float_type="float", vectors_as_structs=False):
         _supported(name, data_type)
         column = F.col("`%s`" % name)
         if _is_vector(data_type):
-            expression = column if vectors_as_structs else \
-                vector_to_array(column, "float32" if float_type == "float" else "float64")
+            expression = vector_to_array(column, "float32" if float_type == "float" else "float64")
             info = ColumnInfo(name, ARRAY, "vector", is_vector=True)
         elif isinstance(data_type, T.ArrayType):
             element = data_type.elementType
@@ -94,9 +86,9 @@ class ColumnError(ValueError):
     """A column's values cannot feed the model (nulls, ragged arrays)."""
 
 
-def to_numpy(array, name, vector_dtype=np.float32):
+def to_numpy(array, name):
     """One Arrow column (an Array or ChunkedArray) as numpy: ``(rows,)`` for scalars, ``(rows, width)``
-    for fixed-length arrays and for ML vectors sent as their struct (of ``vector_dtype``)."""
+    for fixed-length arrays."""
     import pyarrow as pa
 
     if isinstance(array, pa.ChunkedArray):
@@ -105,12 +97,12 @@ def to_numpy(array, name, vector_dtype=np.float32):
         raise ColumnError("column '%s' has %d null value%s (of %d rows): drop or fill them first "
                           "(DataFrame.na.drop / na.fill)"
                           % (name, array.null_count, "s" if array.null_count > 1 else "", len(array)))
-    if pa.types.is_struct(array.type) and {f.name for f in array.type} == _VECTOR_FIELDS:
-        return _vectors_to_numpy(array, name, vector_dtype)
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
         lengths = np.diff(np.asarray(array.offsets))
         width = int(lengths[0]) if len(lengths) else 0
-        _check_widths(lengths, name)
+        if len(lengths) and (lengths.min() != lengths.max()):
+            raise ColumnError("column '%s' has arrays of different lengths (%d to %d): every row must have the "
+                              "same length" % (name, lengths.min(), lengths.max()))
         values = array.flatten()
         if values.null_count:
             raise ColumnError("column '%s' has %d null elements inside its arrays" % (name, values.null_count))
@@ -118,40 +110,6 @@ def to_numpy(array, name, vector_dtype=np.float32):
     if pa.types.is_fixed_size_list(array.type):
         return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
     return array.to_numpy(zero_copy_only=False)
-
-
-def _check_widths(widths, name):
-    if len(widths) and widths.min() != widths.max():
-        raise ColumnError("column '%s' has arrays of different lengths (%d to %d): every row must have the "
-                          "same length" % (name, widths.min(), widths.max()))
-
-
-# The struct of Spark ML's VectorUDT: type 0 sparse (size, indices, values), 1 dense (values).
-_VECTOR_FIELDS = {"type", "size", "indices", "values"}
-
-
-def _vectors_to_numpy(array, name, dtype):
-    """ML vectors, as ``VectorUDT`` stores them, as a dense ``(rows, size)`` array: each value
-    goes to its row and its position (its index in a sparse vector, its place in a dense one)."""
-    fields = dict(zip([f.name for f in array.type], array.flatten()))  # (flatten: a slice's own rows)
-    rows = len(array)
-    dense = fields["type"].to_numpy(zero_copy_only=False) == 1
-    offsets = np.asarray(fields["values"].offsets)
-    offsets = offsets - offsets[0]
-    counts = np.diff(offsets)
-    sizes = np.where(dense, counts, fields["size"].fill_null(0).to_numpy(zero_copy_only=False))
-    _check_widths(sizes, name)
-    width = int(sizes[0]) if rows else 0
-    flat = fields["values"].flatten().to_numpy(zero_copy_only=False)
-    if dense.all():
-        return flat.astype(dtype, copy=False).reshape(rows, width)
-    out = np.zeros((rows, width), dtype)
-    in_dense = np.repeat(dense, counts)
-    column = np.empty(len(flat), np.int64)
-    column[in_dense] = (np.arange(len(flat)) - np.repeat(offsets[:-1], counts))[in_dense]
-    column[~in_dense] = fields["indices"].flatten().to_numpy(zero_copy_only=False)
-    out[np.repeat(np.arange(rows), counts), column] = flat
-    return out
 
 
 def spark_output_type(values, like=None):

@@ -137,7 +137,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         validation_col = validation if isinstance(validation, str) else \
             VALIDATION_COLUMN if validation else None
         return DataSpec(self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(), validation_col,
-                        self.getTransformationFn(), self.float_type)
+                        self.getTransformationFn())
 
     def _fit(self, df):
         from horovod_rs.spark.common.timings import FitTimer
@@ -147,11 +147,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         backend = self._get_or_create_backend()
         spec = self._data_spec()
         used = spec.columns + ([spec.validation_col] if spec.validation_col not in (None, VALIDATION_COLUMN) else [])
-        # Rows that reach the ranks through Arrow take ML vectors as they are (the ranks decode them);
-        # Parquet files and a transformation_fn's pandas rows keep them as arrays.
-        arrow_path = hasattr(backend, "run_on_dataframe")
-        expressions, infos = plan_columns(df, used, self.float_type,
-                                          vectors_as_structs=arrow_path and spec.transformation_fn is None)
+        expressions, infos = plan_columns(df, used, self.float_type)
         if spec.validation_col == VALIDATION_COLUMN:
             from pyspark.sql import functions as F
 
@@ -165,7 +161,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         retries = []
 
         def train(monitor):
-            if arrow_path:
+            if hasattr(backend, "run_on_dataframe"):
                 results = self._run_on_dataframe(backend, prepared, spec, run_id, resume, retries, monitor)
             else:
                 from horovod_rs.spark.common.util import prepare_data
