@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import horovod_rs.torch as hvd
+from horovod_rs.spark.common import session
 from horovod_rs.spark.common.job import HorovodRunError
 from horovod_rs.spark.common.store import Store
 from horovod_rs.spark.torch import TorchEstimator, TorchModel
@@ -163,6 +164,28 @@ def test_two_inputs_two_outputs_weights_validation_column_and_persistence(spark,
     assert reloaded.getOptimizer().param_groups[0]["lr"] == pytest.approx(0.01)
     # The saved framework file loads with torch alone.
     assert isinstance(torch.load(str(tmp_path / "model" / "data" / "model.pt"), weights_only=False), nn.Module)
+
+
+def test_a_fit_over_vectors_lifts_the_batch_byte_cap_only_while_it_runs(spark, tmp_path):
+    """ML vectors reach the ranks as their struct; the fit lifts Spark 4's batch byte cap for its
+    job (checked after every row, it walks the batch on dense vectors) unless the session sets it,
+    and leaves the session's settings as it found them."""
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    with session.setting_unless_set(spark, key, "12345"):
+        assert spark.conf.get(key) == "12345"
+    assert session.conf(spark, key) is None
+    store = Store.create(str(tmp_path))
+    df = regression(spark, 400)
+    estimator(store, epochs=1).fit(df)
+    assert session.conf(spark, key) is None
+    spark.conf.set(key, "1048576")
+    try:
+        with session.setting_unless_set(spark, key, "12345"):
+            assert spark.conf.get(key) == "1048576"
+        estimator(store, epochs=1).fit(df)
+        assert spark.conf.get(key) == "1048576"
+    finally:
+        spark.conf.unset(key)
 
 
 def test_estimator_saves_and_loads(spark, tmp_path):

@@ -21,7 +21,7 @@ def batches(rows, per_batch=100, width=3):
 
 
 def load(rows, budget=1 << 30, tmp_path=None):
-    data = RankData(["id", "v"], budget, str(tmp_path) if tmp_path else None)
+    data = RankData(["id", "v"], budget, spill_dir=str(tmp_path) if tmp_path else None)
     for batch in batches(rows):
         data.add(batch)
     return data.finish()
@@ -81,3 +81,49 @@ def test_nulls_and_ragged_arrays_name_the_column():
     with pytest.raises(ColumnError, match="column 'v' has arrays of different lengths \\(1 to 2\\)"):
         to_numpy(ragged, "v")
     assert to_numpy(pa.array([[1.0, 2.0], [3.0, 4.0]]), "v").shape == (2, 2)
+
+
+VECTOR = pa.struct([("type", pa.int8()), ("size", pa.int32()), ("indices", pa.list_(pa.int32())),
+                    ("values", pa.list_(pa.float64()))])
+
+
+def vectors(rows):
+    """An ML vector column as Spark's Arrow conversion sends it (VectorUDT's struct): a list of
+    floats is a dense vector, ``(size, {index: value})`` a sparse one."""
+    def struct(row):
+        if isinstance(row, tuple):
+            size, entries = row
+            return {"type": 0, "size": size, "indices": sorted(entries), "values": [entries[i] for i in sorted(entries)]}
+        return {"type": 1, "size": None, "indices": None, "values": row}
+
+    return pa.array([None if row is None else struct(row) for row in rows], VECTOR)
+
+
+def test_ml_vectors_sent_as_their_struct_become_dense_rows():
+    column = vectors([[1.0, 2.0, 3.0], (3, {2: 5.0}), (3, {}), [7.0, 8.0, 9.0]])
+    rows = to_numpy(column, "f")
+    assert rows.dtype == np.float32 and rows.tolist() == [[1, 2, 3], [0, 0, 5], [0, 0, 0], [7, 8, 9]]
+    part = to_numpy(column.slice(1, 3), "f", np.float64)  # a slice: its own rows only
+    assert part.dtype == np.float64 and part.tolist() == [[0, 0, 5], [0, 0, 0], [7, 8, 9]]
+    assert to_numpy(vectors([(4, {0: 1.5, 3: -2.0})] * 2), "f").tolist() == [[1.5, 0, 0, -2.0]] * 2
+    with pytest.raises(ColumnError, match="column 'f' has arrays of different lengths \\(1 to 3\\)"):
+        to_numpy(vectors([[1.0], (3, {0: 1.0})]), "f")
+    with pytest.raises(ColumnError, match="column 'f' has 1 null value \\(of 2 rows\\)"):
+        to_numpy(vectors([[1.0], None]), "f")
+
+
+def test_a_spilled_rank_lends_its_vectors_decoded(tmp_path):
+    lender = RankData(["id", "f"], 100, spill_dir=str(tmp_path))
+    for start in range(0, 40, 10):
+        ids = list(range(start, start + 10))
+        rows = [[float(i), 0.0] if i % 2 else (2, {1: float(i)}) for i in ids]
+        lender.add(pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), vectors(rows)], names=["id", "f"]))
+    lender.finish()
+    assert lender.spilled
+    borrower = RankData(["id", "f"], 1 << 30).finish()
+    borrower.adopt(lender.take(15))
+    batch = next(borrower.stream(15, shuffle=False))
+    assert batch["id"].tolist() == list(range(15))
+    assert batch["f"].dtype == np.float32
+    assert batch["f"].tolist() == [[i, 0] if i % 2 else [0, i] for i in range(15)]
+    lender.close()

@@ -45,9 +45,10 @@ def spill_directory():
 class RankData:
     """The rows of one split (training or validation) on this rank."""
 
-    def __init__(self, columns, budget_bytes, spill_dir=None):
+    def __init__(self, columns, budget_bytes, vector_dtype=np.float32, spill_dir=None):
         self.columns = list(columns)
         self._budget = budget_bytes
+        self._vector_dtype = vector_dtype
         self._spill_dir = spill_dir or spill_directory()
         self._batches = []  # in memory, until spilled
         self._bytes = 0
@@ -111,7 +112,7 @@ class RankData:
             self._mapped = pa.ipc.open_file(source)
             self._writer = None
         else:
-            self._arrays = _concatenate([_numpy_columns(b, self.columns) for b in self._batches], self.columns)
+            self._arrays = _concatenate([self._numpy(b) for b in self._batches], self.columns)
             self._batches = []
         return self
 
@@ -123,19 +124,21 @@ class RankData:
 
     def take(self, rows):
         """Up to ``rows`` of this rank's rows as an Arrow table (to lend to a rank that has none)."""
-        import pyarrow as pa
-
         if self._arrays is not None:
             pieces = {c: self._arrays[c][:rows] for c in self.columns}
             return _table_from_numpy(pieces)
-        tables, taken = [], 0
+        # Decoded as the in-memory rows are, so that every lender's rows have the same types.
+        pieces, taken = [], 0
         for i in range(self._mapped.num_record_batches):
-            batch = self._mapped.get_batch(i)
-            tables.append(pa.Table.from_batches([batch.slice(0, rows - taken)]))
-            taken += min(batch.num_rows, rows - taken)
+            batch = self._mapped.get_batch(i).slice(0, rows - taken)
+            pieces.append(self._numpy(batch))
+            taken += batch.num_rows
             if taken >= rows:
                 break
-        return pa.concat_tables(tables)
+        return _table_from_numpy(_concatenate(pieces, self.columns))
+
+    def _numpy(self, batch):
+        return {c: to_numpy(batch.column(c), c, self._vector_dtype) for c in self.columns}
 
     def adopt(self, table):
         """Takes rows lent by other ranks (this rank, finished, had none of its own)."""
@@ -174,7 +177,7 @@ class RankData:
                 range(self._mapped.num_record_batches)
             pending, pending_rows = [], 0
             for i in batch_order:
-                pending.append(_numpy_columns(self._mapped.get_batch(int(i)), self.columns))
+                pending.append(self._numpy(self._mapped.get_batch(int(i))))
                 pending_rows += len(pending[-1][self.columns[0]])
                 if pending_rows >= limit:
                     yield _shuffled(_concatenate(pending, self.columns), rng, shuffle)
@@ -199,10 +202,6 @@ class _LazyWriter:
     def close(self):
         if self._writer is not None:
             self._writer.close()
-
-
-def _numpy_columns(batch, columns):
-    return {c: to_numpy(batch.column(c), c) for c in columns}
 
 
 def _concatenate(pieces, columns):

@@ -24,7 +24,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 
 from horovod_rs.spark.common import serialization
 from horovod_rs.spark.common.backend import SparkBackend
-from horovod_rs.spark.common.columns import plan_columns, spark_output_type, to_numpy
+from horovod_rs.spark.common.columns import plan_columns, sending_vectors, spark_output_type, to_numpy
 from horovod_rs.spark.common.params import EstimatorParams, ModelParams
 from horovod_rs.spark.common.remote import VALIDATION_COLUMN, DataSpec
 
@@ -137,7 +137,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         validation_col = validation if isinstance(validation, str) else \
             VALIDATION_COLUMN if validation else None
         return DataSpec(self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(), validation_col,
-                        self.getTransformationFn())
+                        self.getTransformationFn(), self.float_type)
 
     def _fit(self, df):
         from horovod_rs.spark.common.timings import FitTimer
@@ -147,7 +147,11 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         backend = self._get_or_create_backend()
         spec = self._data_spec()
         used = spec.columns + ([spec.validation_col] if spec.validation_col not in (None, VALIDATION_COLUMN) else [])
-        expressions, infos = plan_columns(df, used, self.float_type)
+        # Rows that reach the ranks through Arrow take ML vectors as they are (the ranks decode them);
+        # Parquet files and a transformation_fn's pandas rows keep them as arrays.
+        arrow_path = hasattr(backend, "run_on_dataframe")
+        vectors_as_structs = arrow_path and spec.transformation_fn is None
+        expressions, infos = plan_columns(df, used, self.float_type, vectors_as_structs=vectors_as_structs)
         if spec.validation_col == VALIDATION_COLUMN:
             from pyspark.sql import functions as F
 
@@ -161,8 +165,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         retries = []
 
         def train(monitor):
-            if hasattr(backend, "run_on_dataframe"):
-                results = self._run_on_dataframe(backend, prepared, spec, run_id, resume, retries, monitor)
+            if arrow_path:
+                with sending_vectors(prepared.sparkSession, infos if vectors_as_structs else {}):
+                    results = self._run_on_dataframe(backend, prepared, spec, run_id, resume, retries, monitor)
             else:
                 from horovod_rs.spark.common.util import prepare_data
 

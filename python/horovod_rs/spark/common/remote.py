@@ -34,10 +34,12 @@ class DataSpec:
     """Which columns a rank trains on (built on the driver, shipped to the ranks)."""
 
     def __init__(self, feature_cols, label_cols, sample_weight_col=None, validation_col=None,
-                 transformation_fn=None):
+                 transformation_fn=None, float_type="float"):
         self.feature_cols, self.label_cols = list(feature_cols), list(label_cols)
         self.sample_weight_col, self.validation_col = sample_weight_col, validation_col
         self.transformation_fn = transformation_fn
+        # ML vectors that arrive as Spark's struct are decoded to this type (columns.to_numpy).
+        self.vector_dtype = np.float32 if float_type == "float" else np.float64
 
     @property
     def columns(self):
@@ -252,8 +254,8 @@ def load_share(batches, spec, local_size, lend_rows):
 
     budget = memory_budget(local_size)
     has_validation = spec.validation_col is not None
-    train = RankData(spec.columns, budget if not has_validation else budget * 3 // 4)
-    val = RankData(spec.columns, budget // 4) if has_validation else None
+    train = RankData(spec.columns, budget if not has_validation else budget * 3 // 4, spec.vector_dtype)
+    val = RankData(spec.columns, budget // 4, spec.vector_dtype) if has_validation else None
     for batch in batches:
         if spec.transformation_fn is not None:
             batch = _transformed(batch, spec.transformation_fn)

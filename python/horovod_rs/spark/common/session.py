@@ -73,6 +73,25 @@ def confs(spark, keys):
     return found
 
 
+@contextmanager
+def setting_unless_set(spark, key, value):
+    """Within the block, the session's ``key`` is ``value``, unless the session sets it already (the
+    user's choice stands) or refuses to take it (serverless compute keeps most settings to itself);
+    unset again after. The setting is the session's: other threads' jobs in the meantime see it too."""
+    taken = False
+    if conf(spark, key) is None:
+        try:
+            spark.conf.set(key, value)
+            taken = True
+        except Exception:  # refused: the block runs with the session's own value
+            pass
+    try:
+        yield
+    finally:
+        if taken:
+            spark.conf.unset(key)
+
+
 def _classic_context(spark):
     return None if is_connect(spark) else spark.sparkContext
 
