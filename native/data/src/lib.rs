@@ -8,8 +8,6 @@
 
 #![warn(missing_docs)]
 
-mod arrow_import;
 mod table;
 
-pub use arrow_import::append_from_addresses;
 pub use table::{Column, Table, TableError};

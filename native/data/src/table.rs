@@ -28,6 +28,18 @@ pub enum TableError {
         /// Columns of values given.
         found: usize,
     },
+    /// A batch holds fewer values than its columns' slots, or more rows than slots.
+    #[error("a batch of {values} values cannot hold {rows} rows in slots of {capacity_rows} rows x {width} values")]
+    Batch {
+        /// Values in the batch.
+        values: usize,
+        /// Rows it is said to hold.
+        rows: usize,
+        /// Rows each column's slot has room for.
+        capacity_rows: usize,
+        /// Values per row over every column.
+        width: usize,
+    },
     /// Appended tables do not have the same columns.
     #[error("cannot append: columns {found:?} differ from {expected:?}")]
     Schema {
@@ -152,6 +164,36 @@ impl Table {
         Ok(())
     }
 
+    /// Adds the first `rows` rows of `batch`: the columns' values one column after another, each
+    /// in a slot of `capacity_rows * width` values (the JVM's batch buffer, docs/ingest.md).
+    pub fn extend_from_batch(
+        &mut self,
+        batch: &[f32],
+        capacity_rows: usize,
+        rows: usize,
+    ) -> Result<(), TableError> {
+        let width: usize = self.columns.iter().map(|c| c.width).sum();
+        if rows > capacity_rows || batch.len() < capacity_rows * width {
+            return Err(TableError::Batch {
+                values: batch.len(),
+                rows,
+                capacity_rows,
+                width,
+            });
+        }
+        let mut slot = 0;
+        let values: Vec<&[f32]> = self
+            .columns
+            .iter()
+            .map(|column| {
+                let values = &batch[slot..slot + rows * column.width];
+                slot += capacity_rows * column.width;
+                values
+            })
+            .collect();
+        self.extend_rows(&values, rows)
+    }
+
     /// Adds `other`'s rows after this table's; both must have the same columns.
     /// An empty table without columns takes `other`'s columns.
     pub fn append(&mut self, other: Table) -> Result<(), TableError> {
@@ -182,6 +224,32 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn takes_the_filled_rows_of_each_columns_slot() {
+        let mut table = Table::new(
+            0,
+            vec![Column::new("a", 1, vec![]), Column::new("v", 2, vec![])],
+        )
+        .unwrap();
+        // Slots of 3 rows: a = [1, 2, _], v = [(0.5, 1.5), (2.5, 3.5), (_, _)].
+        let batch = [1.0, 2.0, 9.0, 0.5, 1.5, 2.5, 3.5, 9.0, 9.0];
+        table.extend_from_batch(&batch, 3, 2).unwrap();
+        table.extend_from_batch(&batch, 3, 1).unwrap();
+        assert_eq!(table.rows(), 3);
+        assert_eq!(table.column("a").unwrap().values(), &[1.0, 2.0, 1.0]);
+        assert_eq!(table.column("v").unwrap().row(1), &[2.5, 3.5]);
+        assert_eq!(table.column("v").unwrap().row(2), &[0.5, 1.5]);
+        assert_eq!(
+            table
+                .extend_from_batch(&batch[..8], 3, 1)
+                .unwrap_err()
+                .to_string(),
+            "a batch of 8 values cannot hold 1 rows in slots of 3 rows x 3 values"
+        );
+        assert!(table.extend_from_batch(&batch, 3, 4).is_err());
+        assert_eq!(table.rows(), 3);
+    }
 
     #[test]
     fn checks_lengths_and_names() {

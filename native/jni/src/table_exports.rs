@@ -1,12 +1,12 @@
 //! The training data's `native` methods of `horovod.rs.spark.HorovodNative`:
-//! a table of named `f32` columns, filled batch by batch from Arrow buffers
-//! the JVM passes by address (docs/ingest.md).
+//! a table of named `f32` columns, filled batch by batch from the JVM's batch
+//! buffer, a `float[]` read in place (docs/ingest.md).
 //!
 //! A table handle is a `Box<horovod_data::Table>`: the trainer's exports take
 //! it (consuming) or borrow it (prediction).
 
-use horovod_data::{append_from_addresses, Column, Table};
-use jni::objects::{JClass, JFloatArray, JIntArray, JLongArray, JString};
+use horovod_data::{Column, Table};
+use jni::objects::{JClass, JFloatArray, JIntArray, JString, ReleaseMode};
 use jni::sys::{jint, jlong};
 use jni::EnvUnowned;
 
@@ -59,25 +59,28 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_tableCreate<'caller>(
         .resolve::<ThrowHorovodException>()
 }
 
-/// Copies `rows` rows from one Arrow `float32` data buffer per column.
+/// Copies the first `rows` rows of the JVM's batch buffer: the columns' values one column after
+/// another, each in a slot of `capacity_rows * width` values.
 #[unsafe(no_mangle)]
-pub extern "system" fn Java_horovod_rs_spark_HorovodNative_tableAppend<'caller>(
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_tableAppendBatch<'caller>(
     mut unowned_env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
     table: jlong,
-    addresses: JLongArray<'caller>,
+    batch: JFloatArray<'caller>,
+    capacity_rows: jint,
     rows: jint,
 ) {
     unowned_env
         .with_env(|env| -> Result<(), JniError> {
             // SAFETY: Java passes a live table handle and serialises calls on it.
             let table = unsafe { borrow_mut::<Table>(table, TABLE)? };
-            let mut buffers = vec![0; addresses.len(env)?];
-            addresses.get_region(env, 0, &mut buffers)?;
+            let capacity_rows = count(capacity_rows, "capacity rows")?;
             let rows = count(rows, "rows")?;
-            // SAFETY: the JVM's Arrow vectors hold `rows * width` floats at these
-            // addresses and stay allocated until this call returns.
-            unsafe { append_from_addresses(table, &buffers, rows) }
+            // SAFETY: the batch is this call's alone (Java fills it between calls, never during
+            // one), and nothing here calls back into the JVM while the elements are held.
+            let values = unsafe { batch.get_elements_critical(env, ReleaseMode::NoCopyBack)? };
+            table
+                .extend_from_batch(&values, capacity_rows, rows)
                 .map_err(|e| JniError::InvalidArgument(e.to_string()))
         })
         .resolve::<ThrowHorovodException>()

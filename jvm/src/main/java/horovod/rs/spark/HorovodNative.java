@@ -145,8 +145,11 @@ final class HorovodNative {
     /** An empty table; {@code names} one per line. */
     static native long tableCreate(String names, int[] widths);
 
-    /** Copies {@code rows} rows from one Arrow float32 data buffer per column, by address. */
-    static native void tableAppend(long table, long[] addresses, int rows);
+    /**
+     * Copies the first {@code rows} rows of {@code batch}: the columns' values one column after
+     * another, each in a slot of {@code capacityRows * width} values.
+     */
+    static native void tableAppendBatch(long table, float[] batch, int capacityRows, int rows);
 
     static native long tableRows(long table);
 

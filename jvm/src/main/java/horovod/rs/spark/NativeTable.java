@@ -1,12 +1,8 @@
 package horovod.rs.spark;
 
-import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
-import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
-import org.apache.arrow.vector.Float4Vector;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.types.StructType;
@@ -15,9 +11,9 @@ import org.apache.spark.sql.types.StructType;
  * A rank's training (or inference) data in native memory: named columns of {@code float}s, filled
  * from a partition's rows without files and without a JNI call per row.
  *
- * <p>Rows are written, a batch at a time, into Arrow {@code float32} vectors (one per column,
- * {@code width} values per row), whose buffers Rust copies by address in one call per batch
- * (docs/ingest.md). Rows with a null, a ragged array or a NaN label are counted per column and
+ * <p>Rows are written, a batch at a time, into one {@code float[]} (each column's values in a slot
+ * of its own, {@code width} values per row), which Rust reads in place and copies in one call per
+ * batch (docs/ingest.md). Rows with a null, a ragged array or a NaN label are counted per column and
  * never written: with {@code dropInvalidRows} they are dropped and counted in
  * {@link #droppedRows()}, otherwise the whole partition is read and then rejected with a message
  * naming each column and how many rows it spoiled.
@@ -26,10 +22,11 @@ import org.apache.spark.sql.types.StructType;
  */
 public final class NativeTable extends NativeHandle {
     /**
-     * Rows per Arrow batch: big enough to amortise the call, small enough that a batch of a few
-     * dozen columns stays in a core's L2 cache (8192 rows of 37 columns, 1.2 MB, took 10 % longer).
+     * Rows per batch: enough to amortise the call, few enough that a batch of a few dozen scalar
+     * columns stays in a core's L1 data cache (256 rows of 37 columns: 38 KB; 8192 rows, 1.2 MB,
+     * took 10 % longer than 1024, which was level with 256 or slower, docs/ingest.md).
      */
-    static final int BATCH_ROWS = 1024;
+    static final int BATCH_ROWS = 256;
 
     private final long rows;
     private final long droppedRows;
@@ -96,7 +93,7 @@ public final class NativeTable extends NativeHandle {
         return HorovodNative.tableColumn(live(), column);
     }
 
-    /** One pass over rows: validation, Arrow batches, native appends. */
+    /** One pass over rows: validation, batches, native appends. */
     private static final class Ingest implements AutoCloseable {
         private final ColumnReader[] readers;
         private final boolean[] labels;
@@ -106,11 +103,9 @@ public final class NativeTable extends NativeHandle {
         private final int[] ordinals;
         private final int[] kinds;
         private final long[][] invalid; // [column][status]
-        private final BufferAllocator allocator = new RootAllocator();
-        private final List<Float4Vector> vectors = new ArrayList<>();
-        /** The batch being filled, per column: plain arrays (what the JIT makes fast), copied into
-         * the Arrow vectors in bulk at each flush. */
-        private float[][] batch;
+        /** The batch being filled: column {@code c}'s values from {@code slot[c]}, row after row. */
+        private float[] batch;
+        private int[] slot;
         private long table;
         private int batchRows;
         private long rows;
@@ -163,7 +158,7 @@ public final class NativeTable extends NativeHandle {
                 if (labels[c] && Float.isNaN(value)) {
                     return false;
                 }
-                batch[c][at] = value;
+                batch[slot[c] + at] = value;
             }
             return true;
         }
@@ -191,9 +186,9 @@ public final class NativeTable extends NativeHandle {
             for (int c = 0; c < readers.length; c++) {
                 int width = readers[c].width;
                 if (width == 1) {
-                    batch[c][batchRows] = readers[c].values[0];
+                    batch[slot[c] + batchRows] = readers[c].values[0];
                 } else {
-                    System.arraycopy(readers[c].values, 0, batch[c], batchRows * width, width);
+                    System.arraycopy(readers[c].values, 0, batch, slot[c] + batchRows * width, width);
                 }
             }
             if (++batchRows == BATCH_ROWS) {
@@ -210,19 +205,19 @@ public final class NativeTable extends NativeHandle {
             return false;
         }
 
-        /** The first valid row fixes every column's width: create the table and its batch vectors. */
+        /** The first valid row fixes every column's width: create the table and its batch. */
         private void start() {
             StringBuilder names = new StringBuilder();
             int[] widths = new int[readers.length];
-            batch = new float[readers.length][];
+            slot = new int[readers.length];
+            int values = 0;
             for (int c = 0; c < readers.length; c++) {
                 names.append(c == 0 ? "" : "\n").append(readers[c].name);
                 widths[c] = readers[c].width;
-                Float4Vector vector = new Float4Vector(readers[c].name, allocator);
-                vector.allocateNew(BATCH_ROWS * Math.max(widths[c], 1));
-                vectors.add(vector);
-                batch[c] = new float[BATCH_ROWS * Math.max(widths[c], 1)];
+                slot[c] = values;
+                values = Math.addExact(values, Math.multiplyExact(BATCH_ROWS, widths[c]));
             }
+            batch = new float[values];
             table = HorovodNative.tableCreate(names.toString(), widths);
         }
 
@@ -230,18 +225,7 @@ public final class NativeTable extends NativeHandle {
             if (batchRows == 0) {
                 return;
             }
-            long[] addresses = new long[vectors.size()];
-            for (int c = 0; c < addresses.length; c++) {
-                Float4Vector vector = vectors.get(c);
-                int values = batchRows * readers[c].width;
-                vector.getDataBuffer().nioBuffer(0, values * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN)
-                        .asFloatBuffer().put(batch[c], 0, values);
-                // Dense data: mark every value valid, as Arrow readers expect.
-                vector.getValidityBuffer().setOne(0L, (long) ((values + 7) / 8));
-                vector.setValueCount(values);
-                addresses[c] = vector.getDataBuffer().memoryAddress();
-            }
-            HorovodNative.tableAppend(table, addresses, batchRows);
+            HorovodNative.tableAppendBatch(table, batch, BATCH_ROWS, batchRows);
             rows += batchRows;
             batchRows = 0;
         }
@@ -287,8 +271,6 @@ public final class NativeTable extends NativeHandle {
 
         @Override
         public void close() {
-            vectors.forEach(Float4Vector::close);
-            allocator.close();
             if (table != 0) {
                 HorovodNative.tableClose(table);
             }

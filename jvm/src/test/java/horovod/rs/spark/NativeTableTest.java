@@ -46,7 +46,7 @@ public class NativeTableTest {
     @Test
     public void readsEveryTypeIncludingArraysAndVectors() {
         List<InternalRow> rows = new ArrayList<>();
-        for (int i = 0; i < 20_000; i++) { // more than two Arrow batches
+        for (int i = 0; i < 20_000; i++) { // many batches
             rows.add(row(i * 1.5, i, new double[] {i, i + 1.0}, i % 3 == 0));
         }
         try (NativeTable t = table(rows, List.of("d", "i", "l", "b", "s", "f", "dec", "arr", "vec"), List.of("d"),
@@ -60,6 +60,13 @@ public class NativeTableTest {
             assertEquals(1f, t.columnValues("b")[2], 0);
             assertEquals(12.25f, t.columnValues("dec")[7], 0);
             assertArrayEquals(new float[] {7, 8}, java.util.Arrays.copyOfRange(t.columnValues("arr"), 14, 16), 0);
+            float[] arr = t.columnValues("arr");
+            float[] ints = t.columnValues("i");
+            for (int i = 0; i < 20_000; i++) { // every row where it belongs, across every batch's slots
+                assertEquals(i, ints[i], 0);
+                assertEquals(i, arr[2 * i], 0);
+                assertEquals(i + 1.0f, arr[2 * i + 1], 0);
+            }
             float[] vec = t.columnValues("vec");
             assertArrayEquals("sparse row 3", new float[] {0, 3, 0, -3}, java.util.Arrays.copyOfRange(vec, 12, 16), 0);
             assertArrayEquals("dense row 4", new float[] {4, 0.5f, 0, 2}, java.util.Arrays.copyOfRange(vec, 16, 20), 0);
@@ -110,7 +117,7 @@ public class NativeTableTest {
         UnsafeProjection toUnsafe = UnsafeProjection.create(schema);
         List<InternalRow> generic = new ArrayList<>();
         List<InternalRow> unsafe = new ArrayList<>();
-        for (int i = 0; i < 3_000; i++) { // batches of 1,024 rows, nulls and NaN labels between them
+        for (int i = 0; i < 3_000; i++) { // many batches, nulls and NaN labels between them
             Double d = i % 700 == 5 ? null : i % 900 == 7 ? Double.NaN : i * 1.1;
             long l = (1L << 40) + 3L * i + 1; // beyond the integers a float holds exactly
             InternalRow row = new GenericInternalRow(new Object[] {d, -i, l, i % 2 == 0, (short) i, i * 0.25f});

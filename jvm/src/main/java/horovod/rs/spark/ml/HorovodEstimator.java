@@ -29,7 +29,7 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>{@code fit} selects the feature, label and validation columns, repartitions them to
  * {@code numProc} partitions and runs one barrier stage: every task moves its partition into the
- * native trainer as Arrow batches (no files in between), rank 0's initial weights go to every rank,
+ * native trainer in batches (no files in between), rank 0's initial weights go to every rank,
  * gradients are averaged every step, and every rank ends with the same weights. The params follow
  * Horovod's KerasEstimator where one exists; the params the fitted model shares (features, outputs, model spec) are in {@link ModelParams}.
  *

@@ -34,7 +34,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * A model fitted by {@link HorovodEstimator}: {@code transform(df)} appends one column per model
  * output (a double for a single value, a vector otherwise), computed by native inference on the
- * executors in Arrow batches. Saves and loads with Spark ML's persistence, so it round-trips
+ * executors in batches. Saves and loads with Spark ML's persistence, so it round-trips
  * through {@code Pipeline.save}/{@code PipelineModel.load}: params as Spark's metadata, weights and
  * history as files under {@code data/}.
  *
