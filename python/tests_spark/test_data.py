@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from horovod_rs.spark.common.columns import ColumnError, to_numpy
+from horovod_rs.spark.common.columns import ColumnError, to_numpy, vector_arrow_type, vectors_to_arrow
 from horovod_rs.spark.common.data import RankData
 
 
@@ -110,6 +110,15 @@ def test_ml_vectors_sent_as_their_struct_become_dense_rows():
         to_numpy(vectors([[1.0], (3, {0: 1.0})]), "f")
     with pytest.raises(ColumnError, match="column 'f' has 1 null value \\(of 2 rows\\)"):
         to_numpy(vectors([[1.0], None]), "f")
+
+
+def test_predictions_become_dense_vectors_in_spark_mls_struct():
+    values = np.array([[0.5, -1.0], [2.0, 3.25], [0.0, 0.0]], dtype=np.float32)
+    column = vectors_to_arrow(values)
+    assert column.type == vector_arrow_type()
+    assert column.to_pylist()[1] == {"type": 1, "size": None, "indices": None, "values": [2.0, 3.25]}
+    assert to_numpy(column, "p").tolist() == values.tolist()
+    assert len(vectors_to_arrow(np.zeros((0, 3)))) == 0
 
 
 def test_a_spilled_rank_lends_its_vectors_decoded(tmp_path):

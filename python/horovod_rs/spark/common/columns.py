@@ -7,7 +7,8 @@ they are (embedding indices stay exact), booleans as float32, ML vectors (dense 
 arrays as fixed-length float arrays, or vectors as they are (``vectors_as_structs``): Spark's
 Arrow conversion then sends each as its struct (type, size, indices, values), which a rank decodes.
 In a rank, ``to_numpy`` turns one Arrow column into an array of shape ``(rows,)`` or
-``(rows, width)``, naming the column when it holds nulls or ragged arrays.
+``(rows, width)``, naming the column when it holds nulls or ragged arrays; ``vectors_to_arrow``
+turns predictions back into vectors' structs, which Spark reads as a vector column.
 """
 
 from dataclasses import dataclass
@@ -169,6 +170,28 @@ def _vectors_to_numpy(array, name, dtype):
     column[~in_dense] = fields["indices"].flatten().to_numpy(zero_copy_only=False)
     out[np.repeat(np.arange(rows), counts), column] = flat
     return out
+
+
+def vector_arrow_type():
+    """The Arrow type of Spark ML's VectorUDT: how Spark's Arrow conversion carries a vector."""
+    import pyarrow as pa
+
+    return pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
+                      ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float64()))])
+
+
+def vectors_to_arrow(values):
+    """Rows of ``values`` (``(rows, width)``) as dense ML vectors in VectorUDT's struct, which Spark
+    reads back as a vector column (no ``array_to_vector``, whose first use in an executor costs as
+    ``vector_to_array``'s does)."""
+    import pyarrow as pa
+
+    rows, width = values.shape
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    flat = pa.array(np.ascontiguousarray(values, dtype=np.float64).reshape(-1))
+    return pa.StructArray.from_arrays(
+        [pa.array(np.ones(rows, np.int8)), pa.nulls(rows, pa.int32()), pa.nulls(rows, pa.list_(pa.int32())),
+         pa.ListArray.from_arrays(offsets, flat)], fields=list(vector_arrow_type()))
 
 
 def spark_output_type(values, like=None):

@@ -24,7 +24,8 @@ from pyspark.ml.util import MLReadable, MLWritable
 
 from horovod_rs.spark.common import serialization
 from horovod_rs.spark.common.backend import SparkBackend
-from horovod_rs.spark.common.columns import plan_columns, sending_vectors, spark_output_type, to_numpy
+from horovod_rs.spark.common.columns import (plan_columns, sending_vectors, spark_output_type, to_numpy,
+                                              vector_arrow_type, vectors_to_arrow)
 from horovod_rs.spark.common.params import EstimatorParams, ModelParams
 from horovod_rs.spark.common.remote import VALIDATION_COLUMN, DataSpec
 
@@ -358,7 +359,6 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
 
     def _transform(self, df):
         import pyarrow as pa
-        from pyspark.ml.functions import array_to_vector
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
@@ -370,19 +370,27 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
         if existing:
             raise ValueError("output columns %s already exist in the DataFrame; choose others with setOutputCols"
                              % existing)
-        expressions, _ = plan_columns(df, features, self.float_type)
-        hidden = ["__horovod_rs_input_%d" % i for i in range(len(features))]
-        frame = df.select("*", *[e.alias(h) for e, h in zip(expressions, hidden)])
-        widths = self._output_widths(_sample_inputs(frame, hidden))
+        # ML vectors go as their struct (the ranks' decoding, without vector_to_array's start-up in
+        # each executor): a vector feature is read from its own column, which the batches carry
+        # anyway; every other feature from a converted copy.
+        expressions, feature_infos = plan_columns(df, features, self.float_type, vectors_as_structs=True)
+        expression_of = dict(zip(feature_infos, expressions))
+        sources = [f if feature_infos[f].is_vector else "__horovod_rs_input_%d" % i for i, f in enumerate(features)]
+        frame = df.select("*", *[expression_of[f].alias(src) for src, f in zip(sources, features)
+                                 if not feature_infos[f].is_vector])
+        vector_dtype = np.float64 if self.float_type == "double" else np.float32
+        widths = self._output_widths(_sample_inputs(frame, sources, features, vector_dtype))
         if len(widths) != len(outputs):
             raise ValueError("the model has %d outputs but %d output columns are named (%s)"
                              % (len(widths), len(outputs), outputs))
         factory = self._predictor_factory()
         digest = hashlib.sha256(cloudpickle.dumps(factory)).hexdigest()
         width_of = dict(zip(outputs, widths))
+        target_of = {name: spark_output_type(width_of[name], infos.get(label))
+                     for name, label in zip(outputs, labels + [None] * len(outputs))}
+        vector_outputs = {name for name, target in target_of.items() if isinstance(target, type(_vector_type()))}
         fields = list(df.schema.fields) + [
-            T.StructField(name, T.ArrayType(T.FloatType()) if width > 1 else T.FloatType()) for name, width in
-            width_of.items()]
+            T.StructField(name, _vector_type() if name in vector_outputs else T.FloatType()) for name in outputs]
         schema = T.StructType(fields)
         passed = list(df.columns)
 
@@ -391,25 +399,22 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
             for batch in batches:
                 for start in range(0, batch.num_rows, PREDICT_BATCH_ROWS):
                     part = batch.slice(start, PREDICT_BATCH_ROWS)
-                    inputs = [to_numpy(part.column(h), f) for h, f in zip(hidden, features)]
+                    inputs = [to_numpy(part.column(src), f, vector_dtype) for src, f in zip(sources, features)]
                     results = model(inputs)
                     columns = [part.column(c) for c in passed]
                     for name, values in zip(outputs, results):
                         values = np.asarray(values, dtype=np.float32).reshape(part.num_rows, -1)
-                        columns.append(_arrow_column(values, width_of[name]))
+                        columns.append(vectors_to_arrow(values) if name in vector_outputs
+                                       else pa.array(values.reshape(-1), type=pa.float32()))
                     yield pa.RecordBatch.from_arrays(columns, schema=pa.schema(
                         [part.schema.field(c) for c in passed] +
-                        [pa.field(n, pa.list_(pa.float32()) if width_of[n] > 1 else pa.float32()) for n in outputs]))
+                        [pa.field(n, vector_arrow_type() if n in vector_outputs else pa.float32()) for n in outputs]))
 
         result = frame.mapInArrow(predict, schema)
-        for name, label in zip(outputs, labels + [None] * len(outputs)):
-            target = spark_output_type(width_of[name], infos.get(label))
-            if width_of[name] > 1 or isinstance(target, type(_vector_type())):
-                column = F.col(name) if width_of[name] > 1 else F.array(F.col(name))
-                result = result.withColumn(name, array_to_vector(column))
-            elif isinstance(target, T.IntegralType):
+        for name, target in target_of.items():
+            if isinstance(target, T.IntegralType):
                 result = result.withColumn(name, F.round(F.col(name)).cast(target))
-            elif not isinstance(target, T.FloatType):
+            elif name not in vector_outputs and not isinstance(target, T.FloatType):
                 result = result.withColumn(name, F.col(name).cast(target))
         return result
 
@@ -449,25 +454,24 @@ def _vector_type():
     return VectorUDT()
 
 
-def _arrow_column(values, width):
-    import pyarrow as pa
-
-    if width == 1:
-        return pa.array(values.reshape(-1), type=pa.float32())
-    offsets = pa.array(np.arange(0, values.size + 1, width, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=pa.float32()))
-
-
-def _sample_inputs(frame, hidden):
-    """One row of the converted feature columns, as the predictor's inputs (to learn its outputs)."""
-    rows = frame.select(*hidden).limit(1).toArrow() if hasattr(frame, "toArrow") else None
-    if rows is None:
+def _sample_inputs(frame, sources, features, vector_dtype):
+    """One row of the feature columns as the predictor takes them (to learn its outputs)."""
+    sample = frame.select(*sources).limit(1)
+    if hasattr(sample, "toArrow"):
+        rows = sample.toArrow()
+        count, columns = rows.num_rows, [rows.column(src) for src in sources]
+    else:  # Spark 3.5: through pandas, where a vector is a pyspark.ml.linalg object
         import pyarrow as pa
+        from pyspark.ml.linalg import Vector
 
-        rows = pa.Table.from_pandas(frame.select(*hidden).limit(1).toPandas())
-    if rows.num_rows == 0:
+        rows = sample.toPandas()
+        count = len(rows)
+        columns = [vectors_to_arrow(np.stack([v.toArray() for v in rows[src]]))
+                   if count and isinstance(rows[src].iloc[0], Vector) else pa.Array.from_pandas(rows[src])
+                   for src in sources]
+    if count == 0:
         raise ValueError("transform needs at least one row to learn the model's output shapes; the DataFrame is empty")
-    return [to_numpy(rows.column(h), h) for h in hidden]
+    return [to_numpy(column, f, vector_dtype) for column, f in zip(columns, features)]
 
 
 # The executors' models, by digest: a reused Python worker loads a model once, not once per task.
