@@ -28,6 +28,12 @@ class ColumnInfo:
     is_vector: bool = False  # an ML vector (dense or sparse), sent as a float array or as its struct
 
 
+def numpy_float(float_type):
+    """The numpy type of an estimator's ``float_type`` ("float" or "double"): what floating
+    columns and ML vectors become on the ranks."""
+    return np.float32 if float_type == "float" else np.float64
+
+
 def _supported(name, data_type):
     """Raises for types no model can take."""
     from pyspark.sql import types as T
@@ -73,7 +79,7 @@ def plan_columns(df, columns, float_type="float", vectors_as_structs=False):
         column = F.col("`%s`" % name)
         if _is_vector(data_type):
             expression = column if vectors_as_structs else \
-                vector_to_array(column, "float32" if float_type == "float" else "float64")
+                vector_to_array(column, np.dtype(numpy_float(float_type)).name)
             info = ColumnInfo(name, ARRAY, "vector", is_vector=True)
         elif isinstance(data_type, T.ArrayType):
             element = data_type.elementType

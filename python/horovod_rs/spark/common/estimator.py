@@ -24,8 +24,8 @@ from pyspark.ml.util import MLReadable, MLWritable
 
 from horovod_rs.spark.common import serialization
 from horovod_rs.spark.common.backend import SparkBackend
-from horovod_rs.spark.common.columns import (plan_columns, sending_vectors, spark_output_type, to_numpy,
-                                              vector_arrow_type, vectors_to_arrow)
+from horovod_rs.spark.common.columns import (numpy_float, plan_columns, sending_vectors, spark_output_type,
+                                              to_numpy, vector_arrow_type, vectors_to_arrow)
 from horovod_rs.spark.common.params import EstimatorParams, ModelParams
 from horovod_rs.spark.common.remote import VALIDATION_COLUMN, DataSpec
 
@@ -370,15 +370,15 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
         if existing:
             raise ValueError("output columns %s already exist in the DataFrame; choose others with setOutputCols"
                              % existing)
-        # ML vectors go as their struct (the ranks' decoding, without vector_to_array's start-up in
-        # each executor): a vector feature is read from its own column, which the batches carry
+        # ML vectors go as their struct, decoded as the ranks do (without vector_to_array's start-up
+        # in each executor): a vector feature is read from its own column, which the batches carry
         # anyway; every other feature from a converted copy.
         expressions, feature_infos = plan_columns(df, features, self.float_type, vectors_as_structs=True)
         expression_of = dict(zip(feature_infos, expressions))
         sources = [f if feature_infos[f].is_vector else "__horovod_rs_input_%d" % i for i, f in enumerate(features)]
         frame = df.select("*", *[expression_of[f].alias(src) for src, f in zip(sources, features)
                                  if not feature_infos[f].is_vector])
-        vector_dtype = np.float64 if self.float_type == "double" else np.float32
+        vector_dtype = numpy_float(self.float_type)
         widths = self._output_widths(_sample_inputs(frame, sources, features, vector_dtype))
         if len(widths) != len(outputs):
             raise ValueError("the model has %d outputs but %d output columns are named (%s)"

@@ -21,7 +21,7 @@ import numpy as np
 from horovod_rs.common import arrays
 from horovod_rs.spark.common import output
 from horovod_rs.spark.common.checkpoint import RunWriter
-from horovod_rs.spark.common.columns import ColumnError
+from horovod_rs.spark.common.columns import ColumnError, numpy_float
 from horovod_rs.spark.common.data import RankData, memory_budget
 from horovod_rs.spark.common.progress import RankEvents
 from horovod_rs.spark.common.timings import RankTimer
@@ -39,7 +39,7 @@ class DataSpec:
         self.sample_weight_col, self.validation_col = sample_weight_col, validation_col
         self.transformation_fn = transformation_fn
         # ML vectors that arrive as Spark's struct are decoded to this type (columns.to_numpy).
-        self.vector_dtype = np.float32 if float_type == "float" else np.float64
+        self.vector_dtype = numpy_float(float_type)
 
     @property
     def columns(self):

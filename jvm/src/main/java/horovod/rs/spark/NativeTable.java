@@ -28,6 +28,9 @@ public final class NativeTable extends NativeHandle {
      */
     static final int BATCH_ROWS = 256;
 
+    /** Values a batch holds at most (64 MB), unless a single row is wider. */
+    static final long MAX_BATCH_VALUES = 1L << 24;
+
     private final long rows;
     private final long droppedRows;
 
@@ -107,6 +110,8 @@ public final class NativeTable extends NativeHandle {
         private float[] batch;
         private int[] slot;
         private long table;
+        /** Rows a batch holds: {@link #BATCH_ROWS}, fewer for wide rows. */
+        private int capacityRows;
         private int batchRows;
         private long rows;
         private long dropped;
@@ -132,7 +137,7 @@ public final class NativeTable extends NativeHandle {
                     start(); // every width is 1
                 }
                 if (addPlain((UnsafeRow) row)) {
-                    if (++batchRows == BATCH_ROWS) {
+                    if (++batchRows == capacityRows) {
                         flush();
                     }
                     return;
@@ -191,7 +196,7 @@ public final class NativeTable extends NativeHandle {
                     System.arraycopy(readers[c].values, 0, batch, slot[c] + batchRows * width, width);
                 }
             }
-            if (++batchRows == BATCH_ROWS) {
+            if (++batchRows == capacityRows) {
                 flush();
             }
         }
@@ -209,13 +214,22 @@ public final class NativeTable extends NativeHandle {
         private void start() {
             StringBuilder names = new StringBuilder();
             int[] widths = new int[readers.length];
-            slot = new int[readers.length];
-            int values = 0;
+            long width = 0;
             for (int c = 0; c < readers.length; c++) {
                 names.append(c == 0 ? "" : "\n").append(readers[c].name);
                 widths[c] = readers[c].width;
+                width += widths[c];
+            }
+            if (width > Integer.MAX_VALUE - 8) {
+                throw new HorovodException("a row of " + width + " values is more than a batch (a Java array) holds");
+            }
+            // Wide rows (a hashed feature vector of millions of values) take fewer rows a batch.
+            capacityRows = (int) Math.max(1, Math.min(BATCH_ROWS, MAX_BATCH_VALUES / Math.max(width, 1)));
+            slot = new int[readers.length];
+            int values = 0;
+            for (int c = 0; c < readers.length; c++) {
                 slot[c] = values;
-                values = Math.addExact(values, Math.multiplyExact(BATCH_ROWS, widths[c]));
+                values += capacityRows * widths[c];
             }
             batch = new float[values];
             table = HorovodNative.tableCreate(names.toString(), widths);
@@ -225,7 +239,7 @@ public final class NativeTable extends NativeHandle {
             if (batchRows == 0) {
                 return;
             }
-            HorovodNative.tableAppendBatch(table, batch, BATCH_ROWS, batchRows);
+            HorovodNative.tableAppendBatch(table, batch, capacityRows, batchRows);
             rows += batchRows;
             batchRows = 0;
         }

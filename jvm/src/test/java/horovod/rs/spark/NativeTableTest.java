@@ -74,6 +74,31 @@ public class NativeTableTest {
     }
 
     @Test
+    public void wideRowsTakeFewerRowsABatch() {
+        // 66,000 values a row: a batch of 64 MB holds 254 rows, so 300 rows take two batches.
+        int width = 66_000;
+        double[] even = new double[width];
+        double[] odd = new double[width];
+        java.util.Arrays.fill(even, 2);
+        java.util.Arrays.fill(odd, 1);
+        odd[width - 1] = 3;
+        List<InternalRow> rows = new ArrayList<>();
+        for (int i = 0; i < 300; i++) {
+            rows.add(row(0.0, i, i % 2 == 0 ? even : odd, false));
+        }
+        try (NativeTable t = table(rows, List.of("i", "arr"), List.of(), false)) {
+            assertEquals(300, t.rows());
+            float[] ints = t.columnValues("i");
+            float[] arr = t.columnValues("arr");
+            for (int i = 0; i < 300; i++) {
+                assertEquals(i, ints[i], 0);
+                assertEquals(i % 2 == 0 ? 2 : 1, arr[i * width], 0);
+                assertEquals(i % 2 == 0 ? 2 : 3, arr[(i + 1) * width - 1], 0);
+            }
+        }
+    }
+
+    @Test
     public void nullsRaggedArraysAndNaNLabelsAreNamedWithCounts() {
         List<InternalRow> rows = new ArrayList<>();
         for (int i = 0; i < 100; i++) {
