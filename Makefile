@@ -58,7 +58,7 @@ BENCH_GLOO      ?= 0
 BENCH_REPEAT    ?= 1
 
 .PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build java-test integration-test lint jar jars \
-        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-grouped bench-estimator bench-trainer tools spark-envs clean \
+        jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-grouped bench-lockstep bench-estimator bench-trainer tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
         $(addprefix pyspark-test-,$(TESTED_LINES)) $(addprefix pyspark-connect-test-,$(TESTED_LINES))
@@ -585,6 +585,15 @@ bench-grouped: $(VENV)/.horovod_rs $(VENV)/.torch
 	@echo "grouped,impl,how,tensors,us_per_call"
 	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_grouped.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'
 	@$(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29572 python/bench/bench_grouped.py \
+	  --impl gloo 2>/dev/null
+
+# What lockstep adds to a step beyond waiting for the slower process: a synchronous 4-byte
+# allreduce's latency after the later of 2 processes calls it, with compute between calls;
+# horovod_rs against gloo (docs/python.md).
+bench-lockstep: $(VENV)/.horovod_rs $(VENV)/.torch
+	@echo "lockstep,impl,compute_ms,p10_us,p50_us,p90_us"
+	@$(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_lockstep.py --impl horovod_rs | sed 's/^\[0\]<stdout>://'
+	@$(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29573 python/bench/bench_lockstep.py \
 	  --impl gloo 2>/dev/null
 
 # The native trainer (candle) against torch on bench-estimator's MLP, one process each, the same
