@@ -58,7 +58,7 @@ def main():
     torch.set_num_threads(1)
     rank, allreduce, gather = horovod_rs_way() if args.impl == "horovod_rs" else gloo_way()
     draws = np.random.default_rng(rank)
-    tensor = torch.ones(1)
+    tensor = torch.zeros(1)  # (gloo sums in place: zeros stay finite)
     for compute_ms in COMPUTE_MS:
         started, returned = [], []
         for _ in range(WARMUP + CALLS):
