@@ -56,11 +56,14 @@ def test_an_error_in_the_ranks_code_is_not_retried():
 
 class _Conf:
     def __init__(self, values):
-        self.getAll = values  # Spark 4's RuntimeConfig.getAll is a property
+        self._values = values
+
+    def get(self, key, default=None):
+        return self._values.get(key, default)
 
 
 class _Session:
-    """What JobSettings reads of a SparkSession: its version and its conf."""
+    """What JobSettings reads of a classic SparkSession: its version and its conf."""
 
     version = "4.3.0"
 

@@ -60,10 +60,11 @@ def conf(spark, key, default=None):
 
 
 def confs(spark, keys):
-    """The settings among ``keys`` the session has, as a dict (in one round trip where the
-    session can: Spark 4's ``getAll``)."""
+    """The settings among ``keys`` the session has, as a dict. A Spark 4 Connect session answers
+    them all in one round trip (``getAll``); a classic one key by key, since its ``getAll`` walks
+    the JVM's map through py4j, two calls a setting of the session's (0.07 s for 50 settings)."""
     keys = set(keys)
-    if spark_version(spark) >= (4, 0):  # ``getAll`` is a property holding a dict
+    if is_connect(spark) and spark_version(spark) >= (4, 0):  # ``getAll`` is a property holding a dict
         return {k: v for k, v in spark.conf.getAll.items() if k in keys}
     found = {}
     for key in keys:
