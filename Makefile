@@ -561,8 +561,9 @@ RECOVERY_RUNS ?= 3
 
 # A Rossmann-shaped MLP (198-1000-1000-1000-500-1) and Horovod's MNIST net on 2 processes:
 # horovod_rs's DistributedOptimizer next to torch DistributedDataParallel over gloo, to the same
-# steps in lockstep exchanging no gradient (sync) and with no communication (none); then the same
-# models in Keras, with horovod_rs's Keras DistributedOptimizer, in lockstep and alone. Rounds
+# steps in lockstep exchanging no gradient (sync; pipe: meeting through named pipes, without the
+# engine) and with no communication (none); then the same models in Keras, with horovod_rs's Keras
+# DistributedOptimizer, in lockstep both ways and alone. Rounds
 # alternate them, so that a busy moment on the host hits each.
 BENCH_ROUNDS ?= 3
 bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
@@ -571,9 +572,9 @@ bench-python: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow
 	  $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl horovod_rs --model $$model | sed 's/^\[0\]<stdout>://'; \
 	  $(PYTHON) -m torch.distributed.run --nproc_per_node 2 --master_port 29571 python/bench/bench_python.py --impl ddp \
 	    --model $$model 2>/dev/null; \
-	  for impl in sync none; do $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl $$impl \
+	  for impl in sync pipe none; do $(VENV)/bin/horovodrs -np 2 $(PYTHON) python/bench/bench_python.py --impl $$impl \
 	    --model $$model | sed 's/^\[0\]<stdout>://'; done; \
-	  for impl in keras keras_sync keras_none; do TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) \
+	  for impl in keras keras_sync keras_pipe keras_none; do TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) \
 	    python/bench/bench_python.py --impl $$impl --model $$model 2>/dev/null | sed 's/^\[0\]<stdout>://'; done; \
 	  done; \
 	done

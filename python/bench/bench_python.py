@@ -5,10 +5,13 @@ own model, as many processes at once, so they share the cores and memory as the 
 the same job in lockstep (--impl sync: after each backward pass the processes allreduce 4 bytes,
 the loss, and exchange no gradient: every step waits for the slower process, as in any synchronous
 data parallelism; it also waits out one engine round trip, which an exchange that starts during
-backward partly hides, so a DistributedOptimizer may step faster); and the same model in
-Keras (``model.fit``), with horovod_rs's Keras DistributedOptimizer (--impl keras), without
-(--impl keras_none) and in lockstep (--impl keras_sync: a 4-byte allreduce of the gradients' sum
-before each update). Run under `horovodrs -np N` (all but ddp) or `torch.distributed.run` (ddp);
+backward partly hides, so a DistributedOptimizer may step faster), and in lockstep without the
+engine (--impl pipe: the processes meet through named pipes instead, the kernel waking each
+waiting process directly: the least any synchronous step pays, so ``sync`` less ``pipe`` is the
+engine's share); and the same model in Keras (``model.fit``), with horovod_rs's Keras
+DistributedOptimizer (--impl keras), without (--impl keras_none) and in lockstep (--impl
+keras_sync: a 4-byte allreduce of the gradients' sum before each update; --impl keras_pipe: the
+named pipes' meeting there instead). Run under `horovodrs -np N` (all but ddp) or `torch.distributed.run` (ddp);
 rank 0 prints `impl,procs,batch,steps_per_s,model`. ``--model mnist`` runs Horovod's MNIST conv
 net (``bench_models``') instead (batch 64): a small model, whose step is short beside the
 exchange's latency.
@@ -16,6 +19,7 @@ exchange's latency.
 
 import argparse
 import os
+import shutil
 import sys
 import time
 
@@ -64,14 +68,51 @@ def train(net, optimizer, batch, rank, name, lockstep=None):
     return steps / (time.perf_counter() - started)
 
 
-def _lockstep_optimizer(optimizer, hvd, hvd_tf):
+class PipeMeeting:
+    """The processes of one host meet without the engine: every rank has a named pipe in a
+    directory they share; ``meet()`` has each rank but 0 write a byte to rank 0's pipe and wait
+    for one in its own, which rank 0 writes once it has read every rank's."""
+
+    def __init__(self, rank, size, broadcast_object, barrier):
+        import tempfile
+
+        directory = broadcast_object(tempfile.mkdtemp(prefix="bench-pipes-") if rank == 0 else None)
+        path = os.path.join(directory, "%d" % rank)
+        os.mkfifo(path)
+        self.mine = os.open(path, os.O_RDWR)  # (read-write: opening blocks on no writer)
+        barrier()
+        others = range(1, size) if rank == 0 else [0]
+        self.theirs = [os.open(os.path.join(directory, "%d" % r), os.O_WRONLY) for r in others]
+        self.rank, self.size = rank, size
+        barrier()
+        if rank == 0:  # open pipes outlive their names
+            shutil.rmtree(directory)
+
+    def meet(self, *_):
+        if self.rank == 0:
+            for _ in range(self.size - 1):
+                os.read(self.mine, 1)
+            for pipe in self.theirs:
+                os.write(pipe, b"x")
+        else:
+            os.write(self.theirs[0], b"x")
+            os.read(self.mine, 1)
+
+
+def _lockstep_optimizer(optimizer, hvd, hvd_tf, meeting=None):
     """``optimizer``, whose every update first allreduces 4 bytes that depend on the step's
-    gradients (their sum): the ranks step in lockstep, exchanging no gradient."""
+    gradients (their sum), or meets through ``meeting`` (a ``PipeMeeting``): the ranks step in
+    lockstep, exchanging no gradient."""
     import tensorflow as tf
 
+    def meet(total):
+        meeting.meet()
+        return total
+
     def lockstep(grads):
-        total = tf.add_n([tf.reduce_sum(g) for g in grads if g is not None])
-        done = hvd_tf.allreduce(tf.reshape(total, [1]), name="lockstep")
+        total = tf.reshape(tf.add_n([tf.reduce_sum(g) for g in grads if g is not None]), [1])
+        done = hvd_tf.allreduce(total, name="lockstep") if meeting is None else \
+            tf.py_function(meet, [total], Tout=tf.float32)
         with tf.control_dependencies([done]):
             return [None if g is None else tf.identity(g) for g in grads]
 
@@ -115,6 +156,9 @@ def keras_steps_per_s(impl, batch, name):
         optimizer = hvd.DistributedOptimizer(optimizer)
     elif impl == "keras_sync":
         optimizer = _lockstep_optimizer(optimizer, hvd, hvd_tf)
+    elif impl == "keras_pipe":
+        optimizer = _lockstep_optimizer(optimizer, hvd, hvd_tf,
+                                        PipeMeeting(hvd.rank(), hvd.size(), hvd_tf.broadcast_object, hvd_tf.barrier))
     net.compile(optimizer, loss=loss)
     # Without tf.data's autotuning (as the KerasEstimator's pipelines): with it, both rows' steps
     # fell on a few fixed rates run to run (19.6, 39.3, 55.3 steps/s), whatever the exchange.
@@ -135,7 +179,8 @@ def keras_steps_per_s(impl, batch, name):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", required=True,
-                        choices=["horovod_rs", "ddp", "none", "sync", "keras", "keras_none", "keras_sync"])
+                        choices=["horovod_rs", "ddp", "none", "sync", "pipe", "keras", "keras_none", "keras_sync",
+                                 "keras_pipe"])
     parser.add_argument("--batch", type=int, help="default 256 (mlp), 64 (mnist)")
     parser.add_argument("--model", choices=["mlp", "mnist"], default="mlp")
     args = parser.parse_args()
@@ -168,7 +213,11 @@ def main():
             hvd.broadcast_parameters(net.state_dict(), root_rank=0)
         else:
             hvd.barrier()
-    lockstep = (lambda loss: hvd.allreduce(loss, name="lockstep")) if args.impl == "sync" else None
+    lockstep = None
+    if args.impl == "sync":
+        lockstep = lambda loss: hvd.allreduce(loss, name="lockstep")  # noqa: E731
+    elif args.impl == "pipe":
+        lockstep = PipeMeeting(rank, procs, hvd.broadcast_object, hvd.barrier).meet
     steps_per_s = train(net, optimizer, args.batch, rank, args.model, lockstep)
     if args.impl == "none":
         hvd.barrier()  # the other process may still be stepping: leave together
