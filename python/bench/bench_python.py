@@ -11,10 +11,10 @@ waiting process directly: the least any synchronous step pays, so ``sync`` less 
 engine's share); and the same model in Keras (``model.fit``), with horovod_rs's Keras
 DistributedOptimizer (--impl keras), without (--impl keras_none) and in lockstep (--impl
 keras_sync: a 4-byte allreduce of the gradients' sum before each update; --impl keras_pipe: the
-named pipes' meeting there instead). Run under `horovodrs -np N` (all but ddp) or `torch.distributed.run` (ddp);
-rank 0 prints `impl,procs,batch,steps_per_s,model`. ``--model mnist`` runs Horovod's MNIST conv
-net (``bench_models``') instead (batch 64): a small model, whose step is short beside the
-exchange's latency.
+named pipes' meeting there instead). Run under `horovodrs -np N` (all but ddp) or
+`torch.distributed.run` (ddp); rank 0 prints `impl,procs,batch,steps_per_s,model`. ``--model
+mnist`` runs Horovod's MNIST conv net (``bench_models``') instead (batch 64): a small model,
+whose step is short beside the exchange's latency.
 """
 
 import argparse
