@@ -244,6 +244,22 @@ def test_ranks_that_disagree_get_a_named_error():
     assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == SIZE
 
 
+def test_a_v1_graphs_collectives_raise_tensorflows_error_types():
+    # Horovod's own tests expect these types in their graph-mode halves (a tf.py_function alone
+    # would report both as UnknownError).
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        disagreeing = hvd.allreduce(tf.ones([RANK + 1]), name="v1.disagreeing.shapes")
+        wrong_splits = hvd.alltoall(tf.ones([SIZE]), splits=tf.ones([SIZE]))
+        agreeing = hvd.allreduce(tf.ones([3]), op=hvd.Sum, name="v1.agreeing")
+        assert agreeing.shape == (3,)
+        with pytest.raises(tf.errors.FailedPreconditionError, match="shape differs"):
+            session.run(disagreeing)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="must be integers"):
+            session.run(wrong_splits)
+        np.testing.assert_array_equal(session.run(agreeing), np.full(3, float(SIZE)))
+        assert session.run(hvd.join()) in range(SIZE)
+
+
 def test_keras_modules_are_horovods():
     import horovod_rs.keras as hvd_keras
     import horovod_rs.tensorflow.keras as hvd_tf_keras

@@ -10,7 +10,9 @@ Names: a traced collective without a name is named after its input tensor, as in
 every rank's graph names it alike; eagerly, unnamed collectives are numbered in call order.
 Errors raise TensorFlow's: ``FailedPreconditionError`` when the ranks disagree (shapes, types,
 roots) or a rank failed, ``InvalidArgumentError`` for an argument this rank can already tell is
-wrong, ``DeadlineExceededError`` past the collective timeout.
+wrong, ``DeadlineExceededError`` past the collective timeout. Eagerly and in a v1 graph (through
+``error_op``) they keep those types; inside a ``tf.function`` TensorFlow reports them as
+``UnknownError`` with the same message, except ``InvalidArgumentError``.
 """
 
 import contextlib
@@ -25,6 +27,7 @@ from horovod_rs.common import process_sets as _process_sets
 from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
 from horovod_rs.common.exceptions import HorovodInternalError  # noqa: F401  (Horovod's API)
 from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
+from horovod_rs.tensorflow import error_op
 
 Average = "average"
 Sum = "sum"
@@ -146,16 +149,32 @@ def _in_order(make_op):
 
 
 def _py_function(exchange, inputs, dtypes):
-    """``exchange`` as a graph op. TensorFlow reports a Python function's errors as UnknownError
-    (keeping the message), but a ValueError as InvalidArgumentError: the argument errors keep
-    their type."""
-    def run(*args):
-        try:
-            return exchange(*args)
-        except tf.errors.InvalidArgumentError as e:
-            raise ValueError(e.message) from e
+    """``exchange`` (returning one value per type in ``dtypes``) as a graph op. TensorFlow reports
+    a Python function's errors as UnknownError (keeping the message), but a ValueError as
+    InvalidArgumentError: the argument errors keep their type. In a v1 graph, with the op of
+    ``error_op``, every error keeps its type."""
+    raise_if_failed = None if tf.inside_function() else error_op.raise_if_failed()
+    if raise_if_failed is None:
+        def run(*args):
+            try:
+                return exchange(*args)
+            except tf.errors.InvalidArgumentError as e:
+                raise ValueError(e.message) from e
 
-    return _in_order(lambda: tf.py_function(run, list(inputs), Tout=list(dtypes)))
+        return _in_order(lambda: tf.py_function(run, list(inputs), Tout=list(dtypes)))
+
+    def run_reporting(*args):
+        try:
+            return list(exchange(*args)) + [0, ""]
+        except tf.errors.OpError as e:  # no values: the op raises before anything reads them
+            return [np.zeros(0, d.as_numpy_dtype) for d in dtypes] + [e.error_code, e.message]
+
+    def make_op():
+        *values, code, message = tf.py_function(run_reporting, list(inputs),
+                                                Tout=list(dtypes) + [tf.int32, tf.string])
+        return raise_if_failed(code, message, values)
+
+    return _in_order(make_op)
 
 
 def _run(kind, tensors, names, process_set, shapes, **options):
@@ -361,7 +380,7 @@ def join():
     others still submit (zeros to allreduces)."""
     if tf.executing_eagerly():
         return tf.constant(_join(), dtype=tf.int32)
-    return _in_order(lambda: [tf.py_function(_join, [], Tout=tf.int32)])[0]
+    return _py_function(lambda: [np.int32(_join())], [], [tf.int32])[0]
 
 
 def _join():
