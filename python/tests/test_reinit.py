@@ -65,3 +65,32 @@ def test_elastic_run_lets_a_failure_through_after_the_reset_limit(monkeypatch):
     assert calls == [0, 1]
     hvd.init()  # the last failure stopped the engine; the next tests need a job
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == hvd.size()
+
+
+def test_elastic_sampler_deals_the_unprocessed_indices_and_keeps_its_place_in_the_state():
+    n, r = hvd.size(), hvd.rank()
+    per_rank = -(-10 // n)
+    sampler = hvd.elastic.ElasticSampler(list(range(10)), shuffle=False)
+    padded = list(range(10)) + list(range(10))[:per_rank * n - 10]
+    assert list(sampler) == padded[r::n] and len(sampler) == per_rank
+
+    state = hvd.elastic.TorchState(sampler=sampler, epoch=0)
+    assert state.sampler is sampler
+    sampler.record_batch(0, 2)  # 2 samples on every rank
+    state.commit()
+    sampler.record_batch(1, 2)
+    state.restore()  # back to the commit: the last batch is dealt again
+    assert sampler.state_dict() == {"epoch": 0, "processed_num": 2 * n}
+    rest = list(range(2 * n, 10))
+    assert list(sampler) == (rest + rest[:-(-len(rest) // n) * n - len(rest)])[r::n]
+
+    # A sync takes rank 0's position (here: rank 0 ahead of the others).
+    sampler.load_state_dict({"epoch": 3, "processed_num": n if r == 0 else 0})
+    state.sync()
+    assert sampler.state_dict() == {"epoch": 3, "processed_num": n}
+
+    # Shuffled, every rank deals from the same order: together they cover every index once.
+    shuffled = hvd.elastic.ElasticSampler(list(range(12 * n)), seed=5)
+    shuffled.set_epoch(2)
+    dealt = hvd.allgather_object(list(shuffled))
+    assert sorted(i for part in dealt for i in part) == list(range(12 * n))

@@ -189,3 +189,39 @@ def test_best_model_checkpoint_saves_the_best_model_where_told(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(saved.get_weights(), net.get_weights()))
     weights_only = hvd.callbacks.BestModelCheckpoint(save_weights_only=True, mode="min", save_freq="epoch")
     assert weights_only.filepath is None and weights_only.save_weights_only
+
+
+class CustomSGD(tf.keras.optimizers.SGD):
+    """A custom optimizer class, for ``load_model``'s ``custom_optimizers``."""
+
+
+def _optimizer_state(optimizer):
+    variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+    return [v.numpy() for v in variables]
+
+
+def test_load_model_wraps_the_saved_optimizer_and_keeps_its_state(tmp_path):
+    x, y = data()
+    for optimizer, custom in ((tf.keras.optimizers.RMSprop(learning_rate=0.01), None),
+                              (CustomSGD(learning_rate=0.05, momentum=0.9), [CustomSGD])):
+        m = model(3)
+        m.compile(optimizer=hvd.DistributedOptimizer(optimizer), loss="mse")
+        m.fit(x, y, batch_size=8, epochs=1, verbose=0)
+        path = str(tmp_path / ("saved-%s-%d.keras" % (type(optimizer).__name__, R)))
+        m.save(path)
+
+        loaded = hvd.load_model(path, custom_optimizers=custom)
+        wrapped = loaded.optimizer
+        assert type(wrapped).__name__ == type(optimizer).__name__
+        assert isinstance(wrapped, type(optimizer)) and hasattr(wrapped, "register_local_var")  # Distributed
+        saved, restored = _optimizer_state(m.optimizer), _optimizer_state(wrapped)
+        assert len(saved) == len(restored) > 2  # the slots, not only the step and the rate
+        for a, b in zip(saved, restored):
+            np.testing.assert_array_equal(a, b)
+        # The loaded model trains on with its gradients averaged over the ranks: one step from equal
+        # weights on each rank's own rows leaves every rank's weights equal.
+        loaded.fit(x[16 * R:16 * (R + 1)], y[16 * R:16 * (R + 1)], batch_size=16, epochs=1, verbose=0,
+                   shuffle=False)
+        weights = np.concatenate([w.ravel() for w in loaded.get_weights()])
+        np.testing.assert_allclose(hvd.allgather(weights[None]).numpy(), np.repeat(weights[None], N, 0),
+                                   rtol=1e-6)

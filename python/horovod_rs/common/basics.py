@@ -21,7 +21,7 @@ from horovod_rs.common.exceptions import HorovodInternalError
 # Horovod's names every framework module re-exports (``from horovod_rs.common.basics import *``).
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
            "cross_rank", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled",
-           "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built"]
+           "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "start_timeline", "stop_timeline"]
 
 _lock = threading.Lock()
 _state = None
@@ -279,3 +279,11 @@ def cuda_built():
 
 def rocm_built():
     return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's timeline is not recorded by horovod-rs; accepted so that scripts run."""
+
+
+def stop_timeline():
+    """See ``start_timeline``."""

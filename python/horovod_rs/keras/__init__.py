@@ -10,4 +10,5 @@ from horovod_rs.tensorflow.keras import (  # noqa: F401  (names * leaves out)
     Sum,
     callbacks,
     elastic,
+    load_model,
 )

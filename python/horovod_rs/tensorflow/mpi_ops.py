@@ -56,14 +56,6 @@ def check_num_rank_power_of_2(num_rank):
     return num_rank != 0 and (num_rank & (num_rank - 1)) == 0
 
 
-def start_timeline(file_path, mark_cycles=False):
-    """Horovod's timeline is not recorded by horovod-rs; accepted so that scripts run."""
-
-
-def stop_timeline():
-    """See ``start_timeline``."""
-
-
 def _normalize_name(name):
     """An operation name by TensorFlow's rules."""
     return re.sub("[^a-zA-Z0-9_]", "_", name)

@@ -596,3 +596,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     state = broadcast_object(optimizer.state_dict(), root_rank, name="broadcast_optimizer_state")
     if rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+# Horovod's submodule paths (``hvd.mpi_ops``, ``horovod.torch.functions``), over the names above.
+from horovod_rs.torch import functions, mpi_ops  # noqa: E402,F401

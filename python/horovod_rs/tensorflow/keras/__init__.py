@@ -12,7 +12,7 @@ import horovod_rs.tensorflow as _hvd
 from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
 from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
 from horovod_rs.tensorflow.compression import Compression
-from horovod_rs.tensorflow.mpi_ops import Adasum, Average, Sum, start_timeline, stop_timeline  # noqa: F401
+from horovod_rs.tensorflow.mpi_ops import Adasum, Average, Sum  # noqa: F401
 from horovod_rs.tensorflow.keras import callbacks, elastic  # noqa: F401
 
 
@@ -111,6 +111,45 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     _Distributed.__name__ = base.__name__
     return _Distributed.from_config(config)
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,
+               legacy_opts=False):
+    """Horovod's ``load_model``: the Keras model saved at ``filepath``, its optimizer wrapped in
+    ``DistributedOptimizer`` (with ``compression``) and its state restored as Keras restores it,
+    so that training goes on where it was saved. Keras's own optimizers (``legacy_opts``: Keras 2's
+    ``keras.optimizers.legacy`` ones) and ``custom_optimizers`` (classes) are wrapped;
+    ``custom_objects`` are passed to Keras's ``load_model`` (a name there wins)."""
+    keras = tf.keras
+    base = keras.optimizers.legacy.Optimizer if legacy_opts else keras.optimizers.Optimizer
+    objects = {}
+    for cls in _subclasses(base) + list(custom_optimizers or []):
+        # Keras 2 looks its own optimizers up by their lower-case names, custom ones and Keras 3 by name.
+        objects[cls.__name__] = objects[cls.__name__.lower()] = _Wrapping(cls, compression)
+    objects.update(custom_objects or {})
+    return keras.models.load_model(filepath, custom_objects=objects)
+
+
+def _subclasses(cls):
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub] + _subclasses(sub)
+    return found
+
+
+class _Wrapping:
+    """Stands for optimizer class ``cls`` while a model loads: builds the optimizer from its saved
+    configuration (Keras calls ``from_config``, or Keras 2's older formats the class itself),
+    wrapped in ``DistributedOptimizer``."""
+
+    def __init__(self, cls, compression):
+        self._cls, self._compression = cls, compression
+
+    def from_config(self, config, custom_objects=None):
+        return DistributedOptimizer(self._cls.from_config(config), compression=self._compression)
+
+    def __call__(self, **kwargs):
+        return DistributedOptimizer(self._cls(**kwargs), compression=self._compression)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
