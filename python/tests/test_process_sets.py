@@ -76,3 +76,20 @@ def test_a_removed_set_is_refused(sets):  # the last test: it removes the module
     if R % 2 == 0:
         assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=again).item() == len(EVENS)
     hvd.remove_process_set(again)
+
+
+def test_init_adds_all_of_its_process_sets_or_none():
+    first = hvd.ProcessSet([0])
+    with pytest.raises(ValueError, match="exists already"):  # the second is the job itself
+        hvd.init(process_sets=[first, hvd.ProcessSet(range(N))])
+    assert first.process_set_id is None
+    with pytest.raises(ValueError, match="twice"):
+        hvd.init(process_sets=[[0], [0]])
+    assert hvd.mpi_ops._basics._get_process_set_ids_and_ranks() == {0: list(range(N))}
+    # Refused, init can be called again with other sets (Horovod's test_process_sets_static).
+    firsts = hvd.ProcessSet([0])
+    hvd.init(process_sets=[firsts])
+    assert hvd.mpi_ops._basics._get_process_set_ids_and_ranks() == {0: list(range(N)), firsts.process_set_id: [0]}
+    if R == 0:
+        assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=firsts).item() == 1
+    hvd.remove_process_set(firsts)

@@ -86,12 +86,18 @@ def wait_timeout():
 
 def init(process_sets=None):
     """Joins the job: connects to every other rank. Every rank must call it. ``process_sets``: a
-    list of ``ProcessSet`` to add at once (``add_process_set``), as in Horovod."""
+    list of ``ProcessSet`` to add at once, all or none (``add_process_sets``), as in Horovod."""
     _init(RankSpec.from_env(os.environ))
-    for process_set in process_sets or []:
-        from horovod_rs.common.process_sets import add_process_set
+    if process_sets:
+        from horovod_rs.common.process_sets import add_process_sets
 
-        add_process_set(process_set)
+        add_process_sets(process_sets)
+
+
+def _get_process_set_ids_and_ranks():
+    """Horovod's internal that its process-set tests read (as ``mpi_ops._basics``): every process
+    set's id and ranks."""
+    return dict([(0, list(range(size())))] + [(set_id, p.ranks) for set_id, p in sorted(state().process_sets.items())])
 
 
 def join_task(spec, join=None):

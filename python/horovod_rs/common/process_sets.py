@@ -42,7 +42,8 @@ class ProcessSet:
         return len(self.ranks)
 
     def __repr__(self):
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+        # Horovod's text, whose sets may carry an MPI communicator (never here).
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=None)" % (self.process_set_id, self.ranks)
 
 
 class _GlobalProcessSet(ProcessSet):
@@ -65,12 +66,19 @@ def engine(process_set):
     automatic names)."""
     if process_set is None or process_set.process_set_id == 0:
         return basics.state().rank, 0
-    if process_set.process_set_id is None:
-        raise ValueError("%r has not been added with hvd.add_process_set (or was removed)" % process_set)
+    check_added(process_set)
     if not process_set.included():
         raise ValueError("rank %d is not in %r: only its ranks run its collectives"
                          % (basics.rank(), process_set))
     return process_set._rank, process_set.process_set_id
+
+
+def check_added(process_set):
+    """Refuses a set that is not the job's or one added (and not removed since)."""
+    if process_set is None or process_set.process_set_id == 0:
+        return
+    if basics.state().process_sets.get(process_set.process_set_id) is not process_set:
+        raise ValueError("%r has not been added with hvd.add_process_set (or was removed)" % process_set)
 
 
 @contextlib.contextmanager
@@ -146,6 +154,27 @@ def add_process_set(process_set):
     process_set.process_set_id = set_id
     state.process_sets[set_id] = process_set
     return process_set
+
+
+def add_process_sets(process_sets):
+    """``init(process_sets=...)``: adds every one of ``process_sets`` or none (those added before
+    one is refused are removed again), so that ``init`` can be called again with other sets, as
+    in Horovod."""
+    sets = [p if isinstance(p, ProcessSet) else ProcessSet(p) for p in process_sets]
+    seen = set()
+    for process_set in sets:
+        if tuple(process_set.ranks) in seen:
+            raise ValueError("process_sets has ranks %s twice" % process_set.ranks)
+        seen.add(tuple(process_set.ranks))
+    added = []
+    try:
+        for process_set in sets:
+            added.append(add_process_set(process_set))
+    except Exception:
+        for process_set in added:
+            remove_process_set(process_set)
+        raise
+    return added
 
 
 def remove_process_set(process_set):

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from horovod_rs.common import arrays, basics
 from horovod_rs.common import process_sets as _process_sets
+from horovod_rs.common import basics as _basics  # noqa: F401  (Horovod's tests read process sets through it)
 from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
 from horovod_rs.common.exceptions import HorovodInternalError  # noqa: F401  (Horovod's API)
 from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
@@ -172,6 +173,7 @@ def _py_function(exchange, inputs, dtypes):
 def _run(kind, tensors, names, process_set, shapes, **options):
     """The results of collective ``kind`` of ``tensors``, as tensors; ``shapes`` gives each
     result's static shape when traced."""
+    _process_sets.check_added(process_set)  # a ValueError now, traced or not, as Horovod's
     if tf.executing_eagerly():
         return _exchange(kind, tensors, names, process_set, options)
 
