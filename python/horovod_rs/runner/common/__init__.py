@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.common``: the launcher's helpers that scripts and tests import."""
