@@ -441,3 +441,37 @@ def test_sparse_allreduce_async_returns_a_function_giving_the_sparse_result():
     t = torch.sparse_coo_tensor([[R]], [float(R + 1)], (N,))
     result = hvd.sparse_allreduce_async(t, name="sparse.t", op=hvd.Sum)()
     assert torch.equal(result.to_dense(), torch.arange(1, N + 1, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_sync_batch_norm_normalizes_the_whole_batch_forward_and_backward(momentum):
+    # Each rank's batch is its own; one BatchNorm over all of them (in every process, from the
+    # gathered batches) is the reference for the outputs, the input gradients, the weights'
+    # gradients (summed over the ranks, as DistributedOptimizer sums them) and the running stats.
+    torch.manual_seed(0)
+    everyone = torch.randn(3 * N, 4, 5) * 3 + 1
+    mine = everyone[3 * R:3 * (R + 1)].clone().requires_grad_()
+    weights = torch.randn(3 * N, 4, 5)
+    synced = hvd.SyncBatchNorm(4, momentum=momentum)
+    reference = torch.nn.BatchNorm1d(4, momentum=momentum)
+    with torch.no_grad():
+        for layer in (synced, reference):
+            layer.weight.copy_(torch.arange(1.0, 5.0))
+            layer.bias.copy_(torch.arange(4.0))
+    for _ in range(2):
+        out = synced(mine)
+        whole = everyone.clone().requires_grad_()
+        expected = reference(whole)
+        torch.testing.assert_close(out, expected[3 * R:3 * (R + 1)], rtol=1e-4, atol=1e-5)
+        (out * weights[3 * R:3 * (R + 1)]).sum().backward()
+        (expected * weights).sum().backward()
+        torch.testing.assert_close(mine.grad, whole.grad[3 * R:3 * (R + 1)], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(hvd.allreduce(synced.weight.grad, op=hvd.Sum), reference.weight.grad,
+                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(synced.running_var, reference.running_var, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(synced.running_mean, reference.running_mean, rtol=1e-4, atol=1e-5)
+        for tensor in (mine, synced.weight, synced.bias, reference.weight, reference.bias):
+            tensor.grad = None
+    synced.eval()
+    reference.eval()
+    torch.testing.assert_close(synced(mine), reference(everyone)[3 * R:3 * (R + 1)], rtol=1e-4, atol=1e-5)

@@ -600,3 +600,4 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
 
 # Horovod's submodule paths (``hvd.mpi_ops``, ``horovod.torch.functions``), over the names above.
 from horovod_rs.torch import functions, mpi_ops  # noqa: E402,F401
+from horovod_rs.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
