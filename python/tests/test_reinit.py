@@ -84,6 +84,10 @@ def test_elastic_sampler_deals_the_unprocessed_indices_and_keeps_its_place_in_th
     rest = list(range(2 * n, 10))
     assert list(sampler) == (rest + rest[:-(-len(rest) // n) * n - len(rest)])[r::n]
 
+    # Fewer indices left than ranks: each rank still gets a share (repeated), none is left idle.
+    sampler.load_state_dict({"epoch": 0, "processed_num": 9})
+    assert len(list(sampler)) == len(sampler) == 1
+
     # A sync takes rank 0's position (here: rank 0 ahead of the others).
     sampler.load_state_dict({"epoch": 3, "processed_num": n if r == 0 else 0})
     state.sync()

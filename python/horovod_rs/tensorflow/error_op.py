@@ -67,11 +67,15 @@ def _library():
             LOGGER.info("building horovod_rs's TensorFlow op with %s, once for TensorFlow %s, into %s", compiler,
                         tf.__version__, library)
             partial = "%s.%d.tmp" % (library, os.getpid())
-            built = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-w", SOURCE, "-o", partial] + flags,
-                                   capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-            if built.returncode != 0:
-                raise RuntimeError("%s failed: %s" % (compiler, built.stderr.strip()[-2000:]))
-            os.replace(partial, library)
+            try:
+                built = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-w", SOURCE, "-o", partial] + flags,
+                                       capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+                if built.returncode != 0:
+                    raise RuntimeError("%s failed: %s" % (compiler, built.stderr.strip()[-2000:]))
+                os.replace(partial, library)
+            finally:
+                if os.path.exists(partial):  # a failed or timed-out build leaves no file behind
+                    os.remove(partial)
     return library
 
 

@@ -24,11 +24,12 @@ import tensorflow as tf
 
 from horovod_rs.common import arrays, basics
 from horovod_rs.common import process_sets as _process_sets
-from horovod_rs.common import basics as _basics  # noqa: F401  (Horovod's tests read process sets through it)
 from horovod_rs.common.basics import *  # noqa: F401,F403  (Horovod's init, size, rank, ... *_built)
 from horovod_rs.common.exceptions import HorovodInternalError  # noqa: F401  (Horovod's API)
 from horovod_rs.common.process_sets import *  # noqa: F401,F403  (Horovod's process sets)
 from horovod_rs.tensorflow import error_op
+
+_basics = basics  # Horovod's tests read the process sets through ``mpi_ops._basics``
 
 Average = "average"
 Sum = "sum"

@@ -67,8 +67,12 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.total_size = self.num_samples * self.num_replicas
 
     def __iter__(self):
-        padded = self.remaining_indices + self.remaining_indices[:self.total_size - len(self.remaining_indices)]
-        self.indices = padded[self.rank:self.total_size:self.num_replicas]
+        # Padded by repeating the indices as often as needed: every rank gets ``num_samples``, even
+        # when fewer indices remain than there are ranks (unequal shares would stall the ranks).
+        indices = self.remaining_indices
+        if indices:
+            indices = (indices * math.ceil(self.total_size / len(indices)))[:self.total_size]
+        self.indices = indices[self.rank::self.num_replicas]
         return iter(self.indices)
 
     def __len__(self):
