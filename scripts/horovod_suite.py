@@ -3,7 +3,8 @@
     python scripts/horovod_suite.py --horovod /path/to/horovod test/parallel/test_torch.py [...]
 
 For each file: copies it (and Horovod's test/utils) to a temporary directory, rewrites every
-import of ``horovod`` to ``horovod_rs`` (import lines only), then runs each test alone as a 2-rank
+import of ``horovod`` to ``horovod_rs`` (import lines, and the modules ``mock.patch`` targets
+name), then runs each test alone as a 2-rank
 job under ``horovodrs`` (``--np``), then the whole file as one job, and prints the counts and the
 failures grouped by their first error line (for the whole file, from each rank's JUnit report: a
 test passes when it passed on every rank with no subtest failed or skipped). Horovod's tests read their rank from MPI's
@@ -22,11 +23,14 @@ import tempfile
 from xml.etree import ElementTree
 
 IMPORT = re.compile(r"^(\s*)(import|from)\s+horovod(?=[\s.])")
+# mock.patch("horovod.x.y") imports horovod.x to patch y: an import by name, rewritten the same way.
+PATCH_TARGET = re.compile(r"""(patch\(\s*['"])horovod\.""")
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
 
 
 def rewrite(source):
-    return "".join(IMPORT.sub(r"\1\2 horovod_rs", line) for line in source.splitlines(keepends=True))
+    return "".join(PATCH_TARGET.sub(r"\1horovod_rs.", IMPORT.sub(r"\1\2 horovod_rs", line))
+                   for line in source.splitlines(keepends=True))
 
 
 def stage(horovod, path, work):

@@ -196,6 +196,26 @@ def test_estimator_saves_and_loads(spark, tmp_path):
     assert isinstance(loaded.getModel(), Linear) and loaded.getLoss() is F.mse_loss
 
 
+def test_a_model_with_a_rows_input_shape_and_horovods_metadata_predicts_row_by_row(spark):
+    # Horovod reshapes each row to input_shapes when it predicts: [2] is a row's shape, and three
+    # outputs a row make a 3-wide vector. The width was read from a batch of one row, which the
+    # shape took whole: three values, one row, a float column.
+    from horovod_rs.spark.common import util
+
+    df = regression(spark, rows=40)
+    metadata = util._get_metadata(df)  # Horovod's form, as its tests build Models with it
+    assert metadata["features"]["shape"] == 2 and metadata["features"]["intermediate_format"] == "array"
+    assert metadata["y"]["intermediate_format"] == "nochange" and metadata["y"]["max_size"] == 1
+    net = nn.Linear(2, 3)
+    model = TorchModel(model=net, input_shapes=[[2]], feature_columns=["features"], label_columns=["y"],
+                       _metadata=metadata)
+    out = model.transform(df)
+    assert type(out.schema["y__output"].dataType).__name__ == "VectorUDT"
+    for row in out.select("features", "y__output").collect():
+        expected = net(torch.tensor(row.features.toArray(), dtype=torch.float32)).detach().numpy()
+        assert row.y__output.toArray() == pytest.approx(expected, abs=1e-5)
+
+
 def test_resumes_a_run_by_id_with_fp16_gradients_and_loss_constructors(spark, tmp_path, monkeypatch):
     import time
     import warnings

@@ -11,12 +11,12 @@ stays the job's (their collectives, not ``init()``, fail).
 
 import json
 import os
-import secrets
 import threading
 
 from horovod_rs import _native
 from horovod_rs.common import logs
 from horovod_rs.common.exceptions import HorovodInternalError
+from horovod_rs.runner.common.util.secret import make_secret_key
 
 # Horovod's names every framework module re-exports (``from horovod_rs.common.basics import *``).
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
@@ -165,7 +165,7 @@ def _init(spec):
         _state = None  # a stopped engine (shut down by another rank, or failed) is left for a new one
         local = None
         if spec is None:  # Started without a launcher: a job of one.
-            secret = secrets.token_bytes(32)
+            secret = make_secret_key()
             local = _native.Rendezvous(secret, 1)
             spec = RankSpec(0, 1, "127.0.0.1:%d" % local.port(), secret)
         try:

@@ -1,6 +1,8 @@
 """Helpers of ``horovod.common.util`` that scripts and Horovod's tests import."""
 
+import contextlib
 import importlib.util
+import os
 import re
 
 
@@ -36,3 +38,72 @@ def gpu_available(ext_base_name, verbose=False):
 
         return bool(tf.config.list_physical_devices("GPU"))
     return False
+
+
+# Horovod's build queries under their ``horovod.common.util`` names (``verbose`` is accepted and
+# unused: there is no extension to load and report on).
+def mpi_built(verbose=False):
+    from horovod_rs.common import basics
+
+    return basics.mpi_built()
+
+
+def gloo_built(verbose=False):
+    from horovod_rs.common import basics
+
+    return basics.gloo_built()
+
+
+def nccl_built(verbose=False):
+    from horovod_rs.common import basics
+
+    return basics.nccl_built()
+
+
+def ddl_built(verbose=False):
+    from horovod_rs.common import basics
+
+    return basics.ddl_built()
+
+
+def ccl_built(verbose=False):
+    from horovod_rs.common import basics
+
+    return basics.ccl_built()
+
+
+def extension_available(ext_base_name, verbose=False):
+    """Whether horovod_rs runs framework ``ext_base_name`` ("torch", "tensorflow", "mxnet") here:
+    its frameworks have no compiled extension, only the framework itself must import."""
+    module = {"torch": "torch", "tensorflow": "tensorflow"}.get(ext_base_name)
+    return module is not None and importlib.util.find_spec(module) is not None
+
+
+@contextlib.contextmanager
+def env(**kwargs):
+    """Sets the environment variables given (``None`` ones are left alone) for the block and
+    restores them after it."""
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    saved = {k: os.environ.get(k) for k in kwargs}
+    os.environ.update(kwargs)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def num_rank_is_power_2(num_rank):
+    """Whether ``num_rank`` is a power of 2 (Adasum's condition)."""
+    return num_rank != 0 and num_rank & (num_rank - 1) == 0
+
+
+def is_iterable(x):
+    try:
+        iter(x)
+    except TypeError:
+        return False
+    return True

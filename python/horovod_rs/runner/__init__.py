@@ -14,7 +14,6 @@ input, not on a command line, and a remote process is stopped when its ssh conne
 
 import argparse
 import os
-import secrets
 import shlex
 import signal
 import socket
@@ -24,6 +23,7 @@ import threading
 import time
 
 from horovod_rs import _native
+from horovod_rs.runner.common.util.secret import make_secret_key
 
 # How long stopped processes get to exit before they are killed.
 GRACE_S = 5.0
@@ -191,7 +191,7 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
     remote = _remote_hosts(slots)
     # With other hosts in the job, this host's ranks and the service need an address they reach.
     here = _address_towards(remote[0]) if remote else "127.0.0.1"
-    secret = secrets.token_bytes(32)
+    secret = make_secret_key()
     service = _native.Rendezvous(secret, num_proc)
     shared = {
         "HOROVOD_SIZE": str(num_proc),

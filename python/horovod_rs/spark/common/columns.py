@@ -200,6 +200,23 @@ def vectors_to_arrow(values):
          pa.ListArray.from_arrays(offsets, flat)], fields=list(vector_arrow_type()))
 
 
+def info_of_metadata(name, entry):
+    """The ``ColumnInfo`` of Horovod's metadata entry for a column (``util._get_metadata``'s), for a
+    Model built with Horovod's metadata; a ``ColumnInfo`` stays as it is."""
+    from pyspark.ml.linalg import DenseVector, SparseVector
+
+    if isinstance(entry, ColumnInfo):
+        return entry
+    data_type = entry["spark_data_type"]
+    if data_type in (DenseVector, SparseVector):
+        return ColumnInfo(name, ARRAY, "vector", is_vector=True)
+    try:
+        spark_type = data_type().simpleString()
+    except TypeError:  # a type with arguments (arrays, structs): its name is enough here
+        spark_type = data_type.typeName()
+    return ColumnInfo(name, SCALAR if entry.get("shape", 1) == 1 else ARRAY, spark_type)
+
+
 def spark_output_type(values, like=None):
     """The Spark type ``transform`` gives a prediction column: a vector for wide outputs (or when
     the label is a vector), else the label's scalar type (float by default)."""

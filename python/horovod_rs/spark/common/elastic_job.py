@@ -490,6 +490,7 @@ def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_tim
     driver of a classic session."""
     import secrets
 
+    from horovod_rs.runner.common.util.secret import make_secret_key
     from horovod_rs.spark.common import session
     from horovod_rs.spark.common.job import JobSettings, await_slots
     from horovod_rs.spark.common.output import OutputServer
@@ -498,7 +499,7 @@ def run_job(spark, payload, num_proc, min_np, max_np, start_timeout, elastic_tim
     settings = JobSettings(spark, env)
     start_timeout = settings.start_timeout if start_timeout is None else start_timeout
     await_slots(spark, min_np, start_timeout)
-    token, output_token, secret = secrets.token_hex(16), secrets.token_hex(16), secrets.token_bytes(32)
+    token, output_token, secret = secrets.token_hex(16), secrets.token_hex(16), make_secret_key()
     config = dict(token=token, num_proc=num_proc, min_np=min_np, max_np=max_np, start_timeout=start_timeout,
                   elastic_timeout=elastic_timeout, reset_limit=reset_limit)
     here = session.executors_reach_this_process_at(spark)

@@ -24,7 +24,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 
 from horovod_rs.spark.common import serialization
 from horovod_rs.spark.common.backend import SparkBackend
-from horovod_rs.spark.common.columns import (numpy_float, plan_columns, sending_vectors, spark_output_type,
+from horovod_rs.spark.common.columns import (info_of_metadata, numpy_float, plan_columns, sending_vectors, spark_output_type,
                                               to_numpy, vector_arrow_type, vectors_to_arrow)
 from horovod_rs.spark.common.params import EstimatorParams, ModelParams
 from horovod_rs.spark.common.remote import VALIDATION_COLUMN, DataSpec
@@ -67,8 +67,9 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             resume=resume,
         )
 
-    def _read_resume(self, run_id):
-        """What the framework needs to resume ``run_id`` from the store (None: start afresh)."""
+    def _load_checkpoint(self, run_id):
+        """What the framework needs to resume ``run_id`` from the store (None: start afresh); Horovod's
+        name, which its tests watch."""
         from horovod_rs.spark.common.checkpoint import read_state
 
         return read_state(self.getStore(), run_id)
@@ -106,7 +107,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         return backend
 
     def _has_checkpoint(self, run_id):
-        return self._read_resume(run_id) is not None
+        return self._load_checkpoint(run_id) is not None
 
     def _check_params(self):
         if self.getModel() is None:
@@ -233,7 +234,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
 
         def next_attempt(number, reason, error=None):
             # What the next attempt resumes from, read once: its trainer carries it to rank 0.
-            checkpoint = state["resume"] = self._read_resume(run_id)
+            checkpoint = state["resume"] = self._load_checkpoint(run_id)
             done = checkpoint[0]["epochs_done"] if checkpoint else 0
             state["num_proc"] = ranks_for_retry(prepared.sparkSession, wanted, settings.fit_min_processes)
             # Epochs count from 1; every epoch after `done` that the last attempt began runs again.
@@ -265,7 +266,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         # Horovod's new id is the second alone, so two fits in one second (a CrossValidator's, on
         # small data) shared a run, and the second resumed the first's checkpoint as its own.
         run_id = self.getRunId() or "%s_%d_%s" % (self.run_id_prefix, int(time.time()), secrets.token_hex(4))
-        resume = self._read_resume(run_id)
+        resume = self._load_checkpoint(run_id)
         if resume is not None and self.getVerbose():
             print("horovod_rs: resuming run %s after epoch %d" % (run_id, resume[0]["epochs_done"]))
         return run_id, resume
@@ -365,7 +366,7 @@ class HorovodModel(Model, ModelParams, MLWritable, MLReadable):
         features = list(self.getFeatureColumns())
         labels = list(self.getLabelColumns())
         outputs = list(self.getOutputCols() or [label + "__output" for label in labels])
-        infos = self._get_metadata() or {}
+        infos = {name: info_of_metadata(name, entry) for name, entry in (self._get_metadata() or {}).items()}
         existing = [c for c in outputs if c in df.columns]
         if existing:
             raise ValueError("output columns %s already exist in the DataFrame; choose others with setOutputCols"

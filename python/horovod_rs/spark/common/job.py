@@ -32,6 +32,7 @@ from contextlib import contextmanager
 
 import cloudpickle
 
+from horovod_rs.runner.common.util.secret import make_secret_key
 from horovod_rs.spark.common import session
 
 POLL_S = 0.2
@@ -166,7 +167,7 @@ class BarrierJob:
         if self._start_timeout is None:
             self._start_timeout = settings.start_timeout
         await_slots(self.spark, self.num_proc, self._start_timeout)
-        secret = secrets.token_bytes(32)
+        secret = make_secret_key()
         rendezvous = None
         if settings.driver_rendezvous == "on" or (settings.driver_rendezvous == "auto"
                                                   and not session.is_connect(self.spark)):

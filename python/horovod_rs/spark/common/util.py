@@ -117,3 +117,89 @@ def parquet_column_infos(store, dataset_idx, columns):
         spark_type = {"int32": "int", "int64": "bigint", "double": "double", "bool": "boolean"}.get(str(t), "float")
         infos[c] = ColumnInfo(c, kind, spark_type)
     return infos
+
+
+_FILE_WAIT_SECONDS = float(os.environ.get("DATABRICKS_FILE_AVAILABILITY_WAIT_TIMEOUT_SECS", 30))
+
+
+def _wait_file_available_on_dbfs(store, url_list):
+    """On Databricks, waits up to ``DATABRICKS_FILE_AVAILABILITY_WAIT_TIMEOUT_SECS`` (30) seconds
+    for every file of ``url_list`` to be visible in ``store`` (object stores behind DBFS may show a
+    written file late); raises ``TimeoutError`` naming the ones that are not. A no-op for a
+    ``LocalStore`` and off Databricks."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from horovod_rs.spark.common.store import LocalStore
+
+    if isinstance(store, LocalStore) or not is_databricks():
+        return
+    if not url_list:
+        raise ValueError("Input url_list argument is empty.")
+
+    def visible(path):
+        deadline = time.monotonic() + _FILE_WAIT_SECONDS
+        while not store.exists(path):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    with ThreadPoolExecutor(min(len(url_list), 64)) as pool:
+        missing = [url for url, seen in zip(url_list, pool.map(visible, url_list)) if not seen]
+    if missing:
+        raise TimeoutError("Timeout while waiting for all files to appear at urls %s." % ",".join(missing))
+
+
+def _get_spark_df_saved_file_list(saved_path):
+    """The files of the Parquet dataset saved at ``saved_path``, as Spark lists them."""
+    from pyspark.sql import SparkSession
+
+    return list(SparkSession.builder.getOrCreate().read.parquet(saved_path).inputFiles())
+
+
+def _get_metadata(df):
+    """Horovod's metadata of ``df``'s columns: ``{column: {'spark_data_type', 'is_sparse_vector_only',
+    'shape', 'intermediate_format', 'max_size'}}``, read from every row (one Spark job over the
+    DataFrame, as Horovod's). ``fit`` does not need it (it plans columns from the schema); a
+    ``HorovodModel`` built with it types its predictions as ``fit``'s do. Raises ``ValueError`` for
+    a column whose rows differ in shape, or in size unless it holds sparse vectors."""
+    from pyspark.ml.linalg import DenseVector, SparseVector
+
+    from horovod_rs.spark.common import constants
+
+    def row_meta(row):
+        for name, value in row.asDict().items():
+            if isinstance(value, DenseVector):
+                shape = size = value.array.shape[0]
+            elif isinstance(value, SparseVector):
+                shape, size = value.size, value.indices.shape[0]
+            elif isinstance(value, list):
+                shape = size = len(value)
+            else:
+                shape = size = 1
+            yield name, ({type(value)}, {shape}, {size})
+
+    def merge(x, y):
+        shapes, sizes = x[1] | y[1], x[2] | y[2]
+        return x[0] | y[0], {min(shapes), max(shapes)}, {min(sizes), max(sizes)}
+
+    seen = dict(df.rdd.flatMap(row_meta).reduceByKey(merge).collect())
+    metadata = {}
+    for field in df.schema.fields:
+        types, shapes, sizes = seen[field.name]
+        if len(shapes) != 1:
+            raise ValueError("Column {col} does not have uniform shape. shape set: {shapes}"
+                             .format(col=field.name, shapes=shapes))
+        if len(sizes) > 1 and SparseVector not in types:
+            raise ValueError("Rows of column {col} have varying sizes. This is only allowed if datatype is "
+                             "SparseVector or a mix of Sparse and DenseVector.".format(col=field.name))
+        if DenseVector in types:
+            data_type, sparse_only, target = DenseVector, False, constants.ARRAY
+        elif SparseVector in types:
+            data_type, sparse_only, target = SparseVector, True, constants.CUSTOM_SPARSE
+        else:
+            data_type, sparse_only, target = type(field.dataType), False, constants.NOCHANGE
+        metadata[field.name] = {"spark_data_type": data_type, "is_sparse_vector_only": sparse_only,
+                                "shape": shapes.pop(), "intermediate_format": target, "max_size": max(sizes)}
+    return metadata

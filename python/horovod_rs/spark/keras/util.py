@@ -73,3 +73,67 @@ def deserialize_optimizer(config, custom_objects=None):
 def shapes(tensors):
     """Each tensor's shape as a list, -1 for unknown dimensions."""
     return [[-1 if d is None else int(d) for d in t.shape] for t in tensors]
+
+
+def _serialize_param_value(param_name, param_val, serialize_model_fn, serialize_opt_fn):
+    """A param's value as Horovod's Keras writer serializes it: nothing for an unset value, the
+    backend or the store (they are given again for each run), the model and the optimizer through
+    the functions given, else the value as base64 text."""
+    from horovod_rs.runner.common.util import codec
+    from horovod_rs.spark.common.params import EstimatorParams
+
+    if param_val is None or param_name in (EstimatorParams.backend.name, EstimatorParams.store.name):
+        return None
+    if param_name == EstimatorParams.model.name:
+        return serialize_model_fn(param_val)
+    if param_name == EstimatorParams.optimizer.name:
+        return serialize_opt_fn(param_val)
+    return codec.dumps_base64(param_val)
+
+
+def _custom_sparse_to_dense_fn():
+    """Horovod's decoder of its custom sparse format, a 1-D tensor ``[n, i_1..i_n, v_1..v_n]``
+    (``n`` non-zero values at indices ``i``), into a dense ``[1, dense_shape]`` tensor.
+    The Arrow data path sends sparse vectors dense; this is for code that made the format itself."""
+    tf = frameworks.tensorflow()
+
+    def custom_sparse_to_dense(custom_sparse_vec, dense_shape):
+        count = tf.cast(custom_sparse_vec[0], tf.int32)
+        indices = tf.cast(custom_sparse_vec[1:1 + count], tf.int64)
+        values = custom_sparse_vec[1 + count:1 + 2 * count]
+        return tf.scatter_nd(tf.stack([tf.zeros_like(indices), indices], 1), values, [1, dense_shape])
+
+    return custom_sparse_to_dense
+
+
+class TFKerasUtil:
+    """Horovod's Keras helpers under their ``TFKerasUtil`` names."""
+
+    type = "tf_keras"
+
+    @staticmethod
+    def keras():
+        return keras()
+
+    @staticmethod
+    def keras_fn():
+        return keras
+
+    @staticmethod
+    def get_horovod():
+        import horovod_rs.tensorflow.keras as hvd
+
+        return hvd
+
+    @staticmethod
+    def horovod_fn():
+        return TFKerasUtil.get_horovod
+
+    serialize_model = staticmethod(serialize_model)
+    deserialize_model = staticmethod(deserialize_model)
+    serialize_optimizer = staticmethod(serialize_optimizer)
+    deserialize_optimizer = staticmethod(deserialize_optimizer)
+
+    @staticmethod
+    def serialize_param_value(param_name, param_val):
+        return _serialize_param_value(param_name, param_val, serialize_model, serialize_optimizer)

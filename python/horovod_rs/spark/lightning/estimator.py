@@ -9,9 +9,10 @@ import sys
 from pyspark import keyword_only
 
 from horovod_rs.spark.common.estimator import HorovodEstimator
-from horovod_rs.spark.common.params import declare
+from horovod_rs.spark.common.params import EstimatorParams, declare  # EstimatorParams: Horovod's name here too
 from horovod_rs.spark.lightning import remote
 from horovod_rs.spark.torch import estimator as torch_estimator
+from horovod_rs.spark.torch.estimator import _torch_param_serialize  # Horovod's name here too
 from horovod_rs.spark.torch import util
 
 # The oldest Lightning this estimator runs on (Horovod's examples skip themselves below it).
@@ -152,9 +153,13 @@ class TorchEstimator(HorovodEstimator):
         )
         return remote.make_trainer(settings)
 
+    def _load_checkpoint(self, run_id):
+        return self._read_checkpoint(run_id)
+
     def _read_checkpoint(self, run_id):
-        """The run's state and last Lightning checkpoint in the store (Horovod's name), or None."""
-        return self._read_resume(run_id)
+        """The run's state and last Lightning checkpoint in the store, or None: Horovod's Lightning
+        name for ``_load_checkpoint``, which its tests watch."""
+        return HorovodEstimator._load_checkpoint(self, run_id)
 
     def _create_model(self, result, run_id, infos):
         import torch

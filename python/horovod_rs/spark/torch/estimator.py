@@ -8,7 +8,7 @@ from pyspark import keyword_only
 
 from horovod_rs.spark.common import tracking
 from horovod_rs.spark.common.estimator import HorovodEstimator, HorovodModel
-from horovod_rs.spark.common.params import declare
+from horovod_rs.spark.common.params import EstimatorParams, declare
 from horovod_rs.spark.torch import remote, util
 
 TORCH_ESTIMATOR_PARAMS = [
@@ -28,6 +28,19 @@ TORCH_MODEL_PARAMS = [
     ("loss", "Loss", None, None, "the loss(es) used in training"),
     ("loss_constructors", "LossConstructors", None, None, "the loss constructors used in training"),
 ]
+
+
+def _torch_param_serialize(param_name, param_val):
+    """A param's value as Horovod's Torch and Lightning writers serialize it: nothing for an unset
+    value, the backend or the store (they are given again for each run), the model's bytes, else
+    the value as base64 text."""
+    from horovod_rs.runner.common.util import codec
+
+    if param_val is None or param_name in (EstimatorParams.backend.name, EstimatorParams.store.name):
+        return None
+    if param_name == EstimatorParams.model.name:
+        return util.serialize_model(param_val)
+    return codec.dumps_base64(param_val)
 
 
 class TorchEstimator(HorovodEstimator):
@@ -125,10 +138,6 @@ class TorchEstimator(HorovodEstimator):
                                   "pip_requirements": functools.partial(tracking.pinned_requirements, model, "torch",
                                                                         "cloudpickle")}
 
-    def _load_checkpoint(self, run_id):
-        """The run's state and last checkpoint in the store (Horovod's name), or None."""
-        return self._read_resume(run_id)
-
     def _create_model(self, result, run_id, infos):
         import torch
 
@@ -190,7 +199,7 @@ class TorchModel(HorovodModel):
             model.eval()
 
             def predict(arrays):
-                inputs = [remote.shaped(torch.tensor(a, dtype=torch.float32), shape, column)
+                inputs = [remote.shaped(torch.tensor(a, dtype=torch.float32), shape, column, rows_first=True)
                           for a, shape, column in zip(arrays, shapes, features)]
                 with torch.no_grad():
                     out = model(*inputs)

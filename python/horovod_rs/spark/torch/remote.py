@@ -20,10 +20,9 @@ import typing
 import cloudpickle
 
 from horovod_rs.spark.common import remote as common
+from horovod_rs.spark.common.constants import METRIC_PRINT_FREQUENCY
 from horovod_rs.spark.torch import device as devices
 from horovod_rs.spark.torch import util
-
-METRIC_PRINT_FREQUENCY = 100  # rank 0 prints the running averages every this many steps (verbose)
 
 
 def make_trainer(settings):
@@ -240,10 +239,12 @@ def _batch_fn(spec, input_shapes, device):
     return to_tensors
 
 
-def shaped(values, shape, column):
+def shaped(values, shape, column, rows_first=False):
     """``values`` (a batch of one column) in an ``input_shapes`` entry's shape: Horovod's
     ``reshape(shape)`` for a whole-batch shape (``[-1, 1, 28, 28]``), or rows first for a per-row
-    shape (``[1, 28, 28]``); an error naming the column when neither fits."""
+    shape (``[1, 28, 28]``); an error naming the column when neither fits. ``rows_first``: a shape
+    without -1 is a row's (prediction, where Horovod reshapes each row), even for a batch of one
+    row, whose outputs then keep their row dimension."""
     if shape is None:
         return values
     shape = [int(d) for d in shape]
@@ -251,7 +252,7 @@ def shaped(values, shape, column):
     known = 1
     for d in shape:
         known *= d if d != -1 else 1
-    if (-1 in shape and known and total % known == 0) or (-1 not in shape and known == total):
+    if (-1 in shape and known and total % known == 0) or (-1 not in shape and known == total and not rows_first):
         return values.reshape(shape)
     if -1 not in shape and rows and known * rows == total:
         return values.reshape([rows] + shape)
