@@ -5,7 +5,8 @@
 For each file: copies it (and Horovod's test/utils) to a temporary directory, rewrites every
 import of ``horovod`` to ``horovod_rs`` (import lines, and the modules ``mock.patch`` targets
 name), then runs each test alone as a 2-rank
-job under ``horovodrs`` (``--np``), then the whole file as one job, and prints the counts and the
+job under ``horovodrs`` (``--np``; 0 runs plain pytest, as Horovod's Spark integration tests
+need), then the whole file as one job, and prints the counts and the
 failures grouped by their first error line (for the whole file, from each rank's JUnit report: a
 test passes when it passed on every rank with no subtest failed or skipped). Horovod's tests read their rank from MPI's
 environment (PMI_RANK/PMI_SIZE), which each rank gets from horovodrs's HOROVOD_RANK/HOROVOD_SIZE.
@@ -61,13 +62,17 @@ def collect(target):
 
 
 def run_job(np_, args, cwd, timeout, junit=None):
-    """One job of ``np_`` ranks running ``pytest args``; returns (outcome counts, output). With
-    ``junit`` (a folder), each rank also writes a JUnit report there (``junit-<rank>.xml``)."""
+    """One job of ``np_`` ranks running ``pytest args`` (``np_`` 0: one plain pytest process);
+    returns (outcome counts, output). With ``junit`` (a folder), each rank also writes a JUnit
+    report there (``junit-<rank>.xml``)."""
     launcher = os.path.join(os.path.dirname(sys.executable), "horovodrs")
     report = ' --junitxml="$HOROVOD_SUITE_JUNIT/junit-$HOROVOD_RANK.xml"' if junit else ""
     command = [launcher, "-np", str(np_), "sh", "-c",
                'PMI_RANK=$HOROVOD_RANK PMI_SIZE=$HOROVOD_SIZE exec "$0" -m pytest -q -p no:cacheprovider%s "$@"'
                % report, sys.executable] + args
+    if np_ == 0:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + \
+            (["--junitxml=%s" % os.path.join(junit, "junit-0.xml")] if junit else []) + args
     env = dict(os.environ, HOROVOD_SUITE_JUNIT=junit or "")
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                            start_new_session=True, env=env)
@@ -78,8 +83,8 @@ def run_job(np_, args, cwd, timeout, junit=None):
         output, _ = job.communicate()
         return {"timeout": 1}, output
     counts = collections.Counter()
-    for rank in range(np_):
-        summary = [line for line in output.splitlines() if line.startswith("[%d]<stdout>:" % rank)
+    for rank in range(max(np_, 1)):
+        summary = [line for line in output.splitlines() if (np_ == 0 or line.startswith("[%d]<stdout>:" % rank))
                    and re.search(r"\d+ (passed|failed|skipped|error)", line) and " in " in line]
         for number, word in SUMMARY.findall(summary[-1] if summary else ""):
             counts[(rank, word.rstrip("s") if word.startswith("error") else word)] += int(number)
@@ -90,7 +95,7 @@ def per_test(junit, np_):
     """Each test's outcome over the ranks' JUnit reports: failed if it failed on any rank (any
     subtest), passed if it passed on every rank with nothing skipped, else skipped."""
     outcomes = {}
-    for rank in range(np_):
+    for rank in range(max(np_, 1)):
         path = os.path.join(junit, "junit-%d.xml" % rank)
         if not os.path.exists(path):
             continue  # the rank died before writing it: its tests count as not passed
@@ -117,9 +122,9 @@ def each_alone(tests, np_, cwd, timeout):
         counts, output = run_job(np_, [test], cwd, timeout)
         if "timeout" in counts:
             outcome = "timeout"
-        elif any(counts[(r, "failed")] or counts[(r, "error")] for r in range(np_)) or not counts:
+        elif any(counts[(r, "failed")] or counts[(r, "error")] for r in range(max(np_, 1))) or not counts:
             outcome = "failed"
-        elif all(counts[(r, "skipped")] for r in range(np_)):
+        elif all(counts[(r, "skipped")] for r in range(max(np_, 1))):
             outcome = "skipped"
         else:
             outcome = "passed"
@@ -133,7 +138,9 @@ def each_alone(tests, np_, cwd, timeout):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horovod", required=True, help="a checkout of github.com/horovod/horovod")
-    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--np", type=int, default=2,
+                        help="ranks per job; 0: one pytest process, for Horovod's Spark integration tests, which "
+                             "start their own Spark and ranks")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per job")
     parser.add_argument("--mode", choices=("each", "whole", "both"), default="both")
     parser.add_argument("-k", help="only tests whose id contains this")
