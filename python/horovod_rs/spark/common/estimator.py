@@ -24,8 +24,8 @@ from pyspark.ml.util import MLReadable, MLWritable
 
 from horovod_rs.spark.common import serialization
 from horovod_rs.spark.common.backend import SparkBackend
-from horovod_rs.spark.common.columns import (info_of_metadata, numpy_float, plan_columns, sending_vectors, spark_output_type,
-                                              to_numpy, vector_arrow_type, vectors_to_arrow)
+from horovod_rs.spark.common.columns import (info_of_metadata, numpy_float, plan_columns, sending_vectors,
+                                              spark_output_type, to_numpy, vector_arrow_type, vectors_to_arrow)
 from horovod_rs.spark.common.params import EstimatorParams, ModelParams
 from horovod_rs.spark.common.remote import VALIDATION_COLUMN, DataSpec
 

@@ -149,3 +149,19 @@ class ModelParams(HasOutputCols):
 
 declare(EstimatorParams, ESTIMATOR_PARAMS)
 declare(ModelParams, MODEL_PARAMS)
+
+
+def serialize_param(param_name, param_val, serialize_model, serialize_optimizer=None):
+    """A param's value as Horovod's estimator writers serialize it: nothing for an unset value,
+    the backend or the store (they are given again for each run), the model (and, given a
+    function for it, the optimizer) through the framework's function, else the value as base64
+    text. Horovod's ``_torch_param_serialize`` and Keras ``_serialize_param_value``."""
+    from horovod_rs.runner.common.util import codec
+
+    if param_val is None or param_name in (EstimatorParams.backend.name, EstimatorParams.store.name):
+        return None
+    if param_name == EstimatorParams.model.name:
+        return serialize_model(param_val)
+    if serialize_optimizer is not None and param_name == EstimatorParams.optimizer.name:
+        return serialize_optimizer(param_val)
+    return codec.dumps_base64(param_val)

@@ -8,7 +8,8 @@ from pyspark import keyword_only
 
 from horovod_rs.spark.common import frameworks, tracking
 from horovod_rs.spark.common.estimator import HorovodEstimator, HorovodModel
-from horovod_rs.spark.common.params import EstimatorParams, declare  # noqa: F401  (EstimatorParams: Horovod's API here too)
+from horovod_rs.spark.common.params import EstimatorParams  # noqa: F401  (Horovod's API here too)
+from horovod_rs.spark.common.params import declare
 from horovod_rs.spark.keras import remote, util
 
 KERAS_ESTIMATOR_PARAMS = [

@@ -76,19 +76,10 @@ def shapes(tensors):
 
 
 def _serialize_param_value(param_name, param_val, serialize_model_fn, serialize_opt_fn):
-    """A param's value as Horovod's Keras writer serializes it: nothing for an unset value, the
-    backend or the store (they are given again for each run), the model and the optimizer through
-    the functions given, else the value as base64 text."""
-    from horovod_rs.runner.common.util import codec
-    from horovod_rs.spark.common.params import EstimatorParams
+    """A param's value as Horovod's Keras writer serializes it."""
+    from horovod_rs.spark.common.params import serialize_param
 
-    if param_val is None or param_name in (EstimatorParams.backend.name, EstimatorParams.store.name):
-        return None
-    if param_name == EstimatorParams.model.name:
-        return serialize_model_fn(param_val)
-    if param_name == EstimatorParams.optimizer.name:
-        return serialize_opt_fn(param_val)
-    return codec.dumps_base64(param_val)
+    return serialize_param(param_name, param_val, serialize_model_fn, serialize_opt_fn)
 
 
 def _custom_sparse_to_dense_fn():

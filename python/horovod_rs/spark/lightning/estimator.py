@@ -9,7 +9,8 @@ import sys
 from pyspark import keyword_only
 
 from horovod_rs.spark.common.estimator import HorovodEstimator
-from horovod_rs.spark.common.params import EstimatorParams, declare  # noqa: F401  (EstimatorParams: Horovod's API here too)
+from horovod_rs.spark.common.params import EstimatorParams  # noqa: F401  (Horovod's API here too)
+from horovod_rs.spark.common.params import declare
 from horovod_rs.spark.lightning import remote
 from horovod_rs.spark.torch import estimator as torch_estimator
 from horovod_rs.spark.torch.estimator import _torch_param_serialize  # noqa: F401  (Horovod's API here too)

@@ -8,7 +8,8 @@ from pyspark import keyword_only
 
 from horovod_rs.spark.common import tracking
 from horovod_rs.spark.common.estimator import HorovodEstimator, HorovodModel
-from horovod_rs.spark.common.params import EstimatorParams, declare
+from horovod_rs.spark.common.params import EstimatorParams  # noqa: F401  (Horovod's API here too)
+from horovod_rs.spark.common.params import declare, serialize_param
 from horovod_rs.spark.torch import remote, util
 
 TORCH_ESTIMATOR_PARAMS = [
@@ -31,16 +32,8 @@ TORCH_MODEL_PARAMS = [
 
 
 def _torch_param_serialize(param_name, param_val):
-    """A param's value as Horovod's Torch and Lightning writers serialize it: nothing for an unset
-    value, the backend or the store (they are given again for each run), the model's bytes, else
-    the value as base64 text."""
-    from horovod_rs.runner.common.util import codec
-
-    if param_val is None or param_name in (EstimatorParams.backend.name, EstimatorParams.store.name):
-        return None
-    if param_name == EstimatorParams.model.name:
-        return util.serialize_model(param_val)
-    return codec.dumps_base64(param_val)
+    """A param's value as Horovod's Torch and Lightning writers serialize it."""
+    return serialize_param(param_name, param_val, util.serialize_model)
 
 
 class TorchEstimator(HorovodEstimator):
