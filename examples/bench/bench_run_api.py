@@ -33,6 +33,8 @@ def plain_job(spark):
     def task(batches):
         import pyarrow as pa
 
+        for _ in batches:  # as any job does: a task that leaves input unread loses its Python worker
+            pass
         yield pa.RecordBatch.from_pydict({"x": [1]})
 
     return spark.range(0, 2, 1, 2).mapInArrow(task, "x long").collect()

@@ -31,6 +31,27 @@ def test_results_come_back_in_rank_order(spark):
     assert horovod_rs.spark.run(sum_of_ranks_fn(), num_proc=2) == [(0, 2, 1.0), (1, 2, 1.0)]
 
 
+def marks_its_worker_fn(marker):
+    def marks_its_worker():
+        import horovod_rs
+
+        seen = getattr(horovod_rs, marker, False)
+        setattr(horovod_rs, marker, True)
+        return seen
+    return marks_its_worker
+
+
+def test_the_next_job_runs_in_the_python_workers_of_the_last(spark):
+    # A task that leaves input unread, or is cancelled, takes its Python worker down: every job
+    # would start new workers and import horovod_rs and the framework again (seconds each).
+    marker = "_test_marker_%d" % time.monotonic_ns()
+    assert horovod_rs.spark.run(marks_its_worker_fn(marker), num_proc=2) == [False, False]
+    assert horovod_rs.spark.run(marks_its_worker_fn(marker), num_proc=2) == [True, True]
+    again = "_test_marker_%d" % time.monotonic_ns()
+    assert horovod_rs.spark.run_elastic(marks_its_worker_fn(again), num_proc=2) == [False, False]
+    assert horovod_rs.spark.run(marks_its_worker_fn(again), num_proc=2) == [True, True]
+
+
 def fails_on_rank_one_fn():
     def fails_on_rank_one():
         import horovod_rs.torch as hvd

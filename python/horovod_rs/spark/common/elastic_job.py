@@ -43,6 +43,8 @@ import threading
 import time
 
 POLL_S = 0.2
+# How long a job that has its results gives its stage to end before cancelling what is left.
+SETTLE_S = 5.0
 # Worlds in a row whose members could not meet (each rendezvous failed) before the job gives up:
 # a fault that outlives a few new worlds (an unreachable port, a bad setting) will not pass.
 FAILED_RENDEZVOUS_LIMIT = 3
@@ -524,13 +526,16 @@ def _coordinated_here(stage, config, here):
 
     coordinator = Coordinator(**config)
     stage.start("%s:%d" % (here, coordinator.port), verdicts=False)
+    outcomes = None
     try:
         outcomes = coordinator.wait(stage.failure)
     except ElasticJobError as e:
         raise HorovodRunError(str(e)) from None
     finally:
         coordinator.close()
-        stage.stop()
+        # When every task of the stage is a member, they all end right after their results: let
+        # them, and keep their workers (tasks still waiting for a slot would never end).
+        stage.stop(grace_s=SETTLE_S if outcomes is not None and len(outcomes) == stage.tasks else 0.0)
     return [cloudpickle.loads(result) for _, result in outcomes], list(coordinator.worlds)
 
 
@@ -570,7 +575,7 @@ class _Stage:
     def __init__(self, spark, max_np, output, task_options):
         import secrets
 
-        self.spark, self._max_np, self._output, self._task_options = spark, max_np, output, task_options
+        self.spark, self.tasks, self._output, self._task_options = spark, max_np, output, task_options
         self._tag = "horovod_rs.spark.run_elastic [%s]" % secrets.token_hex(6)
         self._rows, self._failure, self._thread = None, None, None
 
@@ -585,9 +590,13 @@ class _Stage:
                             ("result", pa.binary()), ("verdict", pa.binary()), ("unreachable", pa.string())])
 
         def task_rows(batches):
-            yield pa.RecordBatch.from_pylist([task.run()], schema=schema)
+            from horovod_rs.spark.common.job import read_to_end
 
-        stage = self.spark.range(0, self._max_np, 1, self._max_np).mapInArrow(task_rows, TASK_SCHEMA)
+            row = task.run()
+            read_to_end(batches)
+            yield pa.RecordBatch.from_pylist([row], schema=schema)
+
+        stage = self.spark.range(0, self.tasks, 1, self.tasks).mapInArrow(task_rows, TASK_SCHEMA)
 
         def collect():
             try:
@@ -625,10 +634,13 @@ class _Stage:
                 replay(self._output, row["slot"], row["output"])
         return self._rows
 
-    def stop(self):
-        """Cancels what is left of the stage (tasks Spark still retries or schedules)."""
+    def stop(self, grace_s=0.0):
+        """Cancels what is left of the stage (tasks Spark still retries or schedules), after up to
+        ``grace_s`` for it to end on its own: a cancelled task takes its Python worker down, so
+        the next job would start new ones and import everything again."""
         from horovod_rs.spark.common import session
 
+        self._thread.join(grace_s)
         session.interrupt(self.spark, self._tag)
         self._thread.join(timeout=30)
 
@@ -644,6 +656,7 @@ def _starting_coordinator(config, driver_host):
         import pyarrow as pa
 
         from horovod_rs.spark.common import session
+        from horovod_rs.spark.common.job import read_to_end
 
         process = subprocess.Popen([sys.executable, "-m", "horovod_rs.spark.common.elastic_job"],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -656,6 +669,7 @@ def _starting_coordinator(config, driver_host):
                                % (first, process.stdout.read().decode()))
         process.stdout.close()
         address = "%s:%d" % (session.address_toward(driver_host), int(first.split()[1]))
+        read_to_end(batches)
         yield pa.RecordBatch.from_pydict({"address": [address]})
 
     return start

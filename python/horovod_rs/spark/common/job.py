@@ -104,6 +104,14 @@ def run_attempts(attempts, run, on_retry, knob, again=None):
             return result
 
 
+def read_to_end(batches):
+    """Reads what is left of a task's input. Spark reuses a Python worker for the next task only
+    when its task read all of its input: otherwise every job starts new workers, which import
+    horovod_rs and the framework again (4 s for torch, each job, on a 2-core host)."""
+    for _ in batches:
+        pass
+
+
 def await_slots(spark, num_proc, start_timeout):
     """Returns once the cluster can run ``num_proc`` tasks at once (a barrier stage needs them
     all). More processes than a cluster that cannot grow is configured for fail at once; else
@@ -201,6 +209,8 @@ class BarrierJob:
 
         def task(batches):
             rank, ok, payload, output = ranks.outcome(fn, batches)
+            if ok:
+                read_to_end(batches)
             yield pa.RecordBatch.from_pydict({"rank": [rank], "ok": [ok], "payload": [payload], "output": [output]},
                                              schema=pa.schema([("rank", pa.int32()), ("ok", pa.bool_()),
                                                                ("payload", pa.binary()), ("output", pa.string())]))
