@@ -181,8 +181,8 @@ def test_distributed_optimizer_with_uneven_batches_matches_zero_gradients_from_j
     assert torch.allclose(flat, expected, atol=1e-6)
 
 
-def test_build_queries_answer_like_horovod_without_mpi_gloo_or_nccl():
-    assert not hvd.mpi_built() and not hvd.gloo_built() and not hvd.nccl_built()
+def test_build_queries_answer_like_horovod_with_gloo_and_without_mpi_or_nccl():
+    assert not hvd.mpi_built() and hvd.gloo_built() and hvd.gloo_enabled() and not hvd.nccl_built()
     assert not hvd.cuda_built() and not hvd.mpi_threads_supported()
 
 

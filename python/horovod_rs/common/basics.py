@@ -244,7 +244,9 @@ def next_name(kind, process_set_id=0):
 
 
 # Horovod's build queries: scripts branch on them. This build has its own TCP and shared-memory
-# transports (no MPI, Gloo, DDL or oneCCL) and runs collectives on CPU tensors.
+# transports (no MPI, DDL or oneCCL) and runs collectives on CPU tensors. Its controller takes
+# Gloo's place: ranks start as Horovod's Gloo launcher starts them (HOROVOD_RANK, HOROVOD_SIZE,
+# ... and no MPI), which is what Horovod's scripts and tests ask gloo_built()/gloo_enabled().
 def mpi_built():
     return False
 
@@ -258,11 +260,11 @@ def mpi_threads_supported():
 
 
 def gloo_built():
-    return False
+    return True
 
 
 def gloo_enabled():
-    return False
+    return True
 
 
 def nccl_built():
