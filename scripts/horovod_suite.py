@@ -24,14 +24,25 @@ import tempfile
 from xml.etree import ElementTree
 
 IMPORT = re.compile(r"^(\s*)(import|from)\s+horovod(?=[\s.])")
+# "import horovod" and "import horovod.spark" (no "as") bind the name horovod, which the code
+# then uses (horovod.spark.run_elastic): the rewrite binds it to horovod_rs.
+BARE_IMPORT = re.compile(r"^(\s*)import\s+horovod((?:\.\w+)*)\s*$")
 # mock.patch("horovod.x.y") imports horovod.x to patch y: an import by name, rewritten the same way.
 PATCH_TARGET = re.compile(r"""(patch\(\s*['"])horovod\.""")
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
 
 
+def rewrite_line(line):
+    bare = BARE_IMPORT.match(line.rstrip("\n"))
+    if bare:
+        indent, submodule = bare.groups()
+        loads = "import horovod_rs%s; " % submodule if submodule else ""
+        return "%s%simport horovod_rs as horovod\n" % (indent, loads)
+    return PATCH_TARGET.sub(r"\1horovod_rs.", IMPORT.sub(r"\1\2 horovod_rs", line))
+
+
 def rewrite(source):
-    return "".join(PATCH_TARGET.sub(r"\1horovod_rs.", IMPORT.sub(r"\1\2 horovod_rs", line))
-                   for line in source.splitlines(keepends=True))
+    return "".join(rewrite_line(line) for line in source.splitlines(keepends=True))
 
 
 def stage(horovod, path, work):

@@ -8,3 +8,13 @@ import sys
 if sys.version_info < (3, 10):
     raise ImportError("horovod_rs needs Python 3.10 or newer (its wheels: CPython 3.10, and abi3 for 3.11 and "
                       "later), but this is Python %d.%d.%d (%s)" % (tuple(sys.version_info[:3]) + (sys.executable,)))
+
+
+def __getattr__(name):
+    # Horovod's ``horovod.run``, imported when first used: ``import horovod_rs.torch`` need not
+    # load the launcher.
+    if name == "run":
+        from horovod_rs.runner import run
+
+        return run
+    raise AttributeError("module 'horovod_rs' has no attribute %r" % name)

@@ -40,6 +40,19 @@ def gpu_available(ext_base_name, verbose=False):
     return False
 
 
+def _cache(f):
+    """``f`` computed once per arguments (Horovod's memoizer of its costly checks)."""
+    cache = {}
+
+    def wrapper(*args, **kwargs):
+        key = (args, frozenset(kwargs.items()))
+        if key not in cache:
+            cache[key] = f(*args, **kwargs)
+        return cache[key]
+
+    return wrapper
+
+
 # Horovod's build queries under their ``horovod.common.util`` names (``verbose`` is accepted and
 # unused: there is no extension to load and report on).
 def mpi_built(verbose=False):

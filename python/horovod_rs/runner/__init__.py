@@ -152,6 +152,17 @@ def _remote_hosts(slots):
     return sorted(hosts)
 
 
+def local_slots(num_proc):
+    """Every rank on this host."""
+    return [("127.0.0.1", r, num_proc, 0) for r in range(num_proc)]
+
+
+def _reachable_address(remote):
+    """Where the ranks reach this process: with other hosts in the job (``remote``, from
+    ``_remote_hosts``), this host's address on the route to them, else loopback."""
+    return _address_towards(remote[0]) if remote else "127.0.0.1"
+
+
 def _address_towards(host):
     """This host's address on the route to ``host`` (a UDP connect sends nothing)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -169,7 +180,7 @@ def _pump(stream, prefix, out):
     stream.close()
 
 
-def _ssh(host, port, variables, command):
+def _ssh(host, port, identity_file, variables, command):
     """The ssh command that runs ``command`` on ``host`` with ``variables`` set, in this working
     directory. The secret is read from standard input first; then a watcher stops the process
     when standard input closes (the launcher closes it, or the connection dropped)."""
@@ -181,17 +192,82 @@ def _ssh(host, port, variables, command):
               "watcher=$!; wait $child; code=$?; kill $watcher 2> /dev/null; exit $code"
               % (shlex.quote(os.getcwd()), exports, " ".join(shlex.quote(c) for c in command)))
     ssh = shlex.split(os.environ.get("HOROVOD_RS_SSH", "ssh -o BatchMode=yes -o StrictHostKeyChecking=no"))
-    return ssh + (["-p", str(port)] if port else []) + [host, script]
+    return ssh + (["-p", str(port)] if port else []) + (["-i", identity_file] if identity_file else []) + \
+        [host, script]
 
 
-def run(num_proc, command, env=None, slots=None, ssh_port=None):
+class _HorovodArgs:
+    """Horovod's description of a job, as ``horovodrun``'s options and ``horovod.run``'s arguments
+    fill it; ``horovod_rs.runner.launch._run`` runs it. Options without an equivalent here stay
+    None (``_run`` refuses the ones it cannot honour)."""
+
+    def __init__(self):
+        for name in ("check_build", "ssh_port", "ssh_identity_file", "disable_cache", "start_timeout", "nic",
+                     "output_filename", "verbose", "command", "run_func", "config_file", "nics", "executable",
+                     "fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "hierarchical_allreduce",
+                     "hierarchical_allgather", "torus_allreduce", "autotune", "autotune_log_file",
+                     "autotune_warmup_samples", "autotune_steps_per_sample", "autotune_bayes_opt_max_samples",
+                     "autotune_gaussian_process_noise", "min_num_proc", "max_num_proc", "slots", "elastic_timeout",
+                     "reset_limit", "cooldown_range", "timeline_filename", "timeline_mark_cycles", "no_stall_check",
+                     "stall_check_warning_time_seconds", "stall_check_shutdown_time_seconds", "mpi_threads_disable",
+                     "mpi_args", "tcp_flag", "binding_args", "num_nccl_streams", "thread_affinity",
+                     "gloo_timeout_seconds", "log_level", "log_with_timestamp", "prefix_output_with_timestamp",
+                     "hosts", "hostfile", "host_discovery_script", "use_gloo", "use_mpi", "use_jsrun"):
+            setattr(self, name, None)
+        self.num_proc = 1
+
+
+def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=None, slots=None,
+        reset_limit=None, cooldown_range=None, hosts=None, hostfile=None, host_discovery_script=None,
+        start_timeout=None, ssh_port=None, ssh_identity_file=None, disable_cache=None, output_filename=None,
+        verbose=None, use_gloo=None, use_mpi=None, mpi_args=None, network_interface=None,
+        network_interfaces=None, executable=None, np=None, min_np=None, max_np=None):
+    """Horovod's ``horovod.run``: runs ``func(*args, **kwargs)`` in ``num_proc`` new processes, a
+    rank each (``hvd.init()`` inside works as under ``horovodrs``), on this host or on ``hosts``
+    (``"host1:2,host2:2"``) / ``hostfile`` over ssh, and returns their results in rank order.
+
+    ``func`` and its result travel cloudpickled. Every line a rank prints comes out here prefixed
+    with its rank. When a rank fails (an exception in ``func`` ends it with code 1) the others
+    are stopped and ``RuntimeError`` names it. ``start_timeout`` bounds how long the ranks wait
+    for each other at ``init()``. ``slots`` is the slots per host of ``hosts`` given without
+    them. Elastic runs (``host_discovery_script``, ``min_num_proc``/``max_num_proc``) and MPI
+    (``use_mpi``) are refused: horovod_rs's elastic runs are ``horovod_rs.spark.run_elastic``
+    and ``hvd.elastic.run``, and its engine needs no MPI. Gloo's, caching's and network
+    interfaces' settings are accepted and have nothing to set."""
+    import warnings
+
+    from horovod_rs.runner.launch import _run
+
+    for old, new, value in (("np", "num_proc", np), ("min_np", "min_num_proc", min_np),
+                            ("max_np", "max_num_proc", max_np)):
+        if value is not None:
+            warnings.warn("%s is deprecated, use %s instead" % (old, new), DeprecationWarning)
+    if hosts is not None and hostfile is not None:
+        raise ValueError("Argument hosts and hostfile only allow one provided.")
+    if use_gloo and use_mpi:
+        raise ValueError("Argument use_gloo and use_mpi only allow one set True.")
+    kwargs = kwargs or {}
+    hargs = _HorovodArgs()
+    hargs.num_proc = np if np is not None else num_proc
+    hargs.min_num_proc = min_np if min_np is not None else min_num_proc
+    hargs.max_num_proc = max_np if max_np is not None else max_num_proc
+    hargs.slots, hargs.reset_limit, hargs.cooldown_range = slots, reset_limit, cooldown_range
+    hargs.hosts, hargs.hostfile, hargs.host_discovery_script = hosts, hostfile, host_discovery_script
+    hargs.start_timeout, hargs.ssh_port, hargs.ssh_identity_file = start_timeout, ssh_port, ssh_identity_file
+    hargs.disable_cache, hargs.output_filename, hargs.verbose = disable_cache, output_filename, verbose
+    hargs.use_gloo, hargs.use_mpi, hargs.mpi_args, hargs.executable = use_gloo, use_mpi, mpi_args, executable
+    hargs.nics = set(network_interfaces or (network_interface.split(",") if network_interface else ())) or None
+    hargs.run_func = lambda: func(*args, **kwargs)
+    return _run(hargs)
+
+
+def launch_ranks(num_proc, command, env=None, slots=None, ssh_port=None, ssh_identity_file=None, secret=None):
     """Runs ``command`` as ranks 0..num_proc-1, on this host or on ``slots`` (from
-    ``assign_slots``); returns the job's exit code."""
-    slots = slots or [("127.0.0.1", r, num_proc, 0) for r in range(num_proc)]
+    ``assign_slots``) -> ``(exit code, the rank that failed first or None)``."""
+    slots = slots or local_slots(num_proc)
     remote = _remote_hosts(slots)
-    # With other hosts in the job, this host's ranks and the service need an address they reach.
-    here = _address_towards(remote[0]) if remote else "127.0.0.1"
-    secret = make_secret_key()
+    here = _reachable_address(remote)
+    secret = secret or make_secret_key()
     service = _native.Rendezvous(secret, num_proc)
     shared = {
         "HOROVOD_SIZE": str(num_proc),
@@ -209,8 +285,8 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
                          # for the engine); other ranks reach it at HOROVOD_RS_HOST.
                          HOROVOD_HOSTNAME=host, HOROVOD_RS_HOST=host if host in remote else here)
         if host in remote:
-            p = subprocess.Popen(_ssh(host, ssh_port, dict(forwarded, **variables), command), stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            p = subprocess.Popen(_ssh(host, ssh_port, ssh_identity_file, dict(forwarded, **variables), command),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             p.stdin.write(secret.hex().encode() + b"\n")
             p.stdin.flush()
         else:
@@ -220,14 +296,15 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
             t = threading.Thread(target=_pump, args=(stream, b"[%d]<%s>:" % (rank, tag), out), daemon=True)
             t.start()
             pumps.append(t)
-    code = 0
+    code, failed_rank = 0, None
     try:
         while True:
             codes = [p.poll() for p in processes]
             failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                rank, code = failed[0]
-                sys.stderr.write("horovodrs: rank %d exited with code %d; stopping the other ranks\n" % (rank, code))
+                failed_rank, code = failed[0]
+                sys.stderr.write("horovodrs: rank %d exited with code %d; stopping the other ranks\n"
+                                 % (failed_rank, code))
                 break
             if all(c == 0 for c in codes):
                 break
@@ -237,7 +314,7 @@ def run(num_proc, command, env=None, slots=None, ssh_port=None):
         for t in pumps:
             t.join(timeout=GRACE_S)
         service.close()
-    return code
+    return code, failed_rank
 
 
 def _stop(processes):
@@ -269,4 +346,5 @@ def main(argv=None):
     # stopped before the launcher exits instead of being left running.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on)
-    sys.exit(run(args.num_proc, args.command, slots=args.slots, ssh_port=args.ssh_port))
+    code, _ = launch_ranks(args.num_proc, args.command, slots=args.slots, ssh_port=args.ssh_port)
+    sys.exit(code)
