@@ -10,6 +10,9 @@ reads and Kubeflow's MPI Operator writes) spreads the ranks over hosts in order,
 host's slots (as horovodrun does); processes on other hosts start over ssh (key-based,
 ``BatchMode``) in the same working directory. The job's secret reaches them on ssh's standard
 input, not on a command line, and a remote process is stopped when its ssh connection ends.
+
+``run(func, ...)`` is Horovod's ``horovod.run``, the same launcher from Python: ``func`` runs as
+the ranks and their results come back in rank order (``launch._run``, ``task_data``).
 """
 
 import argparse
