@@ -476,16 +476,8 @@ def _join_with_all_gather(ctx, spec):
     return joining.join(spec.with_entries(entries).to_json(), spec.secret)
 
 
-@contextmanager
 def environment(env):
     """``env`` set in this process's environment within the block, then restored."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    from horovod_rs.common.util import env as environment_of
+
+    return environment_of(**env)

@@ -2,7 +2,7 @@
 ``ElasticSampler`` (see ``horovod_rs.common.elastic`` for what elastic means without an elastic
 driver)."""
 
-from horovod_rs.common.elastic import run_fn
+from horovod_rs.common.elastic import ObjectState, run_fn  # noqa: F401  (hvd.elastic.ObjectState)
 from horovod_rs.torch.elastic.sampler import ElasticSampler  # noqa: F401  (Horovod's API)
 from horovod_rs.torch.elastic.state import TorchState  # noqa: F401  (Horovod's API)
 
