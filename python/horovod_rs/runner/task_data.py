@@ -38,6 +38,8 @@ class TaskDataServer:
         self._results, self._lock = results, lock
 
         class Handler(socketserver.StreamRequestHandler):
+            timeout = TIMEOUT_S  # a connection that stops sending does not hold its thread for ever
+
             def handle(self):
                 if not hmac.compare_digest(self.rfile.read(len(token)), token):
                     return  # not one of the job's ranks
