@@ -17,11 +17,29 @@ LEGACY_EPOCH_END = {"training_epoch_end": ("train", "training_step", "on_train_e
                     "validation_epoch_end": ("val", "validation_step", "on_validation_epoch_end")}
 
 
-def to_lightning_module(pl, model, optimizer_cls, optimizer_state, parameter_order, loss_fns, loss_weights, spec,
-                        input_shapes, label_shapes):
-    """``model`` inside a LightningModule that trains it as the TorchEstimator would."""
-    import torch
+def to_lightning_module(model, optimizer, loss_fns, loss_weights, feature_cols, label_cols, sample_weights_col,
+                        validation):
+    """Horovod's: ``model`` (a plain torch module) inside a LightningModule whose steps compute the
+    TorchEstimator's loss of batches of ``feature_cols`` and ``label_cols`` (weighted by
+    ``sample_weights_col``), and whose optimizer is a copy of ``optimizer`` over its parameters.
+    ``loss_weights`` defaults to equal weights; ``validation`` is accepted (every module here
+    validates when it is given validation data)."""
+    import importlib
+    import types
 
+    from horovod_rs.spark.lightning.estimator import lightning_package
+
+    pl = importlib.import_module(lightning_package(model))
+    loss_weights = loss_weights or [1.0 / len(label_cols)] * len(label_cols)
+    spec = types.SimpleNamespace(feature_cols=list(feature_cols), label_cols=list(label_cols),
+                                 sample_weight_col=sample_weights_col or None)
+    return legacy_module(pl, model, lambda module: util.copy_optimizer(optimizer, module),
+                         util.to_list(loss_fns, len(label_cols)), loss_weights, spec, None, None)
+
+
+def legacy_module(pl, model, make_optimizer, loss_fns, loss_weights, spec, input_shapes, label_shapes):
+    """``model`` inside a LightningModule that trains it as the TorchEstimator would, with the
+    optimizer ``make_optimizer(model)`` returns."""
     transform_outputs = torch_remote._transform_outputs_fn(label_shapes)
     calculate_loss = torch_remote._calculate_loss_fn()
     shapes = list(input_shapes) if input_shapes else [None] * len(spec.feature_cols)
@@ -35,15 +53,19 @@ def to_lightning_module(pl, model, optimizer_cls, optimizer_state, parameter_ord
             return self._model(*inputs)
 
         def configure_optimizers(self):
-            state = torch.load(_bytes_io(optimizer_state), weights_only=False)
-            return util.rebuild_optimizer(optimizer_cls, state, parameter_order, self._model)
+            return make_optimizer(self._model)
+
+        def _calculate_loss(self, outputs, labels, sample_weights=None):
+            """Horovod's name: the weighted sum of the outputs' losses (per sample, times
+            ``sample_weights``, when given)."""
+            return calculate_loss(outputs, labels, loss_weights, loss_fns, sample_weights)
 
         def _loss(self, batch):
             inputs = [torch_remote.shaped(batch[c].float(), shape, c) for c, shape in zip(spec.feature_cols, shapes)]
             labels = [batch[c].float() for c in spec.label_cols]
             weights = batch[spec.sample_weight_col].float().reshape(-1) if spec.sample_weight_col else None
             outputs, labels = transform_outputs(self(*inputs), labels)
-            return calculate_loss(outputs, labels, loss_weights, loss_fns, weights)
+            return self._calculate_loss(outputs, labels, weights)
 
         def training_step(self, batch, batch_idx):
             loss = self._loss(batch)
@@ -56,12 +78,6 @@ def to_lightning_module(pl, model, optimizer_cls, optimizer_state, parameter_ord
             return loss
 
     return LegacyModule()
-
-
-def _bytes_io(data):
-    import io
-
-    return io.BytesIO(data)
 
 
 def adapt_epoch_end_hooks(module):
