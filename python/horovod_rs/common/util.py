@@ -53,36 +53,21 @@ def _cache(f):
     return wrapper
 
 
-# Horovod's build queries under their ``horovod.common.util`` names (``verbose`` is accepted and
-# unused: there is no extension to load and report on).
-def mpi_built(verbose=False):
-    from horovod_rs.common import basics
+def _build_query(name):
+    """Horovod's ``horovod.common.util.<name>(verbose=False)``: ``basics.<name>()`` (``verbose`` has
+    nothing to report: there is no extension to load)."""
 
-    return basics.mpi_built()
+    def query(verbose=False):
+        from horovod_rs.common import basics
 
+        return getattr(basics, name)()
 
-def gloo_built(verbose=False):
-    from horovod_rs.common import basics
-
-    return basics.gloo_built()
-
-
-def nccl_built(verbose=False):
-    from horovod_rs.common import basics
-
-    return basics.nccl_built()
+    query.__name__ = name
+    return query
 
 
-def ddl_built(verbose=False):
-    from horovod_rs.common import basics
-
-    return basics.ddl_built()
-
-
-def ccl_built(verbose=False):
-    from horovod_rs.common import basics
-
-    return basics.ccl_built()
+mpi_built, gloo_built, nccl_built, ddl_built, ccl_built = map(
+    _build_query, ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built"))
 
 
 def extension_available(ext_base_name, verbose=False):

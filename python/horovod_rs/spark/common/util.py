@@ -166,7 +166,11 @@ def _get_metadata(df):
     a column whose rows differ in shape, or in size unless it holds sparse vectors."""
     from pyspark.ml.linalg import DenseVector, SparseVector
 
-    from horovod_rs.spark.common import constants
+    from horovod_rs.spark.common import constants, session
+
+    if session.is_connect(df.sparkSession):
+        raise ValueError("_get_metadata reads every row through the RDD API, which a Spark Connect session has "
+                         "not; fit and transform do not need it (they plan the columns from the schema)")
 
     def row_meta(row):
         for name, value in row.asDict().items():

@@ -30,16 +30,19 @@ def to_lightning_module(model, optimizer, loss_fns, loss_weights, feature_cols, 
     from horovod_rs.spark.lightning.estimator import lightning_package
 
     pl = importlib.import_module(lightning_package(model))
-    loss_weights = loss_weights or [1.0 / len(label_cols)] * len(label_cols)
     spec = types.SimpleNamespace(feature_cols=list(feature_cols), label_cols=list(label_cols),
                                  sample_weight_col=sample_weights_col or None)
-    return legacy_module(pl, model, lambda module: util.copy_optimizer(optimizer, module),
-                         util.to_list(loss_fns, len(label_cols)), loss_weights, spec, None, None)
+    return legacy_module(pl, model, lambda module: util.copy_optimizer(optimizer, module), loss_fns, loss_weights,
+                         spec, None, None)
 
 
 def legacy_module(pl, model, make_optimizer, loss_fns, loss_weights, spec, input_shapes, label_shapes):
     """``model`` inside a LightningModule that trains it as the TorchEstimator would, with the
-    optimizer ``make_optimizer(model)`` returns."""
+    optimizer ``make_optimizer(model)`` returns. ``loss_fns``: one for every label, or a list;
+    ``loss_weights``: equal by default."""
+    labels = len(spec.label_cols)
+    loss_fns = util.to_list(loss_fns, labels)
+    loss_weights = loss_weights or [1.0 / labels] * labels
     transform_outputs = torch_remote._transform_outputs_fn(label_shapes)
     calculate_loss = torch_remote._calculate_loss_fn()
     shapes = list(input_shapes) if input_shapes else [None] * len(spec.feature_cols)

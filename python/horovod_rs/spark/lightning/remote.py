@@ -154,8 +154,6 @@ def _fit(run, hvd, pl, device):
 
 
 def _legacy_module(pl, model, settings, spec, s):
-    loss_fns = util.to_list(cloudpickle.loads(settings["loss"]), len(spec.label_cols))
-    weights = s.loss_weights or [1.0 / len(spec.label_cols)] * len(spec.label_cols)
     optimizer_cls, order = cloudpickle.loads(settings["optimizer_cls"]), settings["parameter_order"]
 
     def make_optimizer(module):
@@ -164,7 +162,8 @@ def _legacy_module(pl, model, settings, spec, s):
         state = torch.load(io.BytesIO(settings["optimizer_state"]), weights_only=False)
         return util.rebuild_optimizer(optimizer_cls, state, order, module)
 
-    return legacy.legacy_module(pl, model, make_optimizer, loss_fns, weights, spec, s.input_shapes, s.label_shapes)
+    return legacy.legacy_module(pl, model, make_optimizer, cloudpickle.loads(settings["loss"]), s.loss_weights, spec,
+                                s.input_shapes, s.label_shapes)
 
 
 def _loader(stream, steps):
