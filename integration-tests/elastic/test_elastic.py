@@ -32,11 +32,12 @@ def executor_of(pid):
     return None
 
 
-def counting(steps, kill_at, marker, until_regrown=False, fail_at=None):
+def counting(steps, kill_at, marker, until_regrown=False, fail_at=None, fail_marker=None):
     """A training function after Horovod's elastic examples: each step allreduces a 1 from every
     rank (the world's size), appends it to the state and commits. At step ``kill_at`` the last
     rank kills its own executor once (``marker`` records it). ``until_regrown``: go on past
-    ``steps`` until the world grew back after the loss (bounded). ``fail_at``: rank 0 raises."""
+    ``steps`` until the world grew back after the loss (bounded). ``fail_at``: rank 0 raises from
+    that step on, once if ``fail_marker`` is given (it records it)."""
 
     def fn():
         import time
@@ -52,7 +53,10 @@ def counting(steps, kill_at, marker, until_regrown=False, fail_at=None):
         def train(state):
             while state.step < steps or (until_regrown and not regrown(state.sizes) and state.step < 200 * steps):
                 size = int(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
-                if state.step == fail_at and hvd.rank() == 0:
+                if fail_at is not None and state.step >= fail_at and hvd.rank() == 0 and not (
+                        fail_marker and os.path.exists(fail_marker)):
+                    if fail_marker:
+                        open(fail_marker, "w").close()
                     raise ValueError("rank 0 gives up at step %d" % state.step)
                 if state.step == kill_at and hvd.rank() == hvd.size() - 1 and not os.path.exists(marker):
                     with open(marker, "w") as f:
@@ -147,9 +151,22 @@ def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark, coord
     assert results[0][4] == results[1][4] == results[2][4]  # one model: broadcast, then averaged steps
 
 
-def test_a_ranks_own_exception_ends_the_job_naming_it(spark, coordinator_at, tmp_path):
-    with pytest.raises(Exception, match=r"(?s)rank 0 of 3 failed.*ValueError: rank 0 gives up at step 3"):
-        horovod_rs.spark.run_elastic(counting(10, -1, str(tmp_path / "none"), fail_at=3), num_proc=3)
+def test_a_ranks_own_exception_fails_its_task_which_spark_runs_again_and_the_job_goes_on(spark, coordinator_at,
+                                                                                         tmp_path, capsys):
+    # As Horovod's test_happy_run_elastic_fault_tolerant: the others go on from their last commit,
+    # with the rank whose task Spark ran again.
+    marker = str(tmp_path / "failed")
+    results = horovod_rs.spark.run_elastic(counting(8, -1, str(tmp_path / "none"), fail_at=3, fail_marker=marker),
+                                           num_proc=3)
+    assert os.path.exists(marker)
+    assert results == [(8, [3] * 8)] * 3  # every step once, in worlds of 3
+    assert "run_elastic: the world's sizes, in turn: 3 -> 3" in capsys.readouterr().out
+
+
+def test_a_ranks_exception_that_repeats_ends_the_job_at_its_reset_limit_naming_it(spark, coordinator_at, tmp_path):
+    with pytest.raises(Exception, match=r"(?s)needs a new world after 1 resets, its reset_limit.*"
+                                        r"before that, rank 0 of 3 failed.*ValueError: rank 0 gives up at step [34]"):
+        horovod_rs.spark.run_elastic(counting(10, -1, str(tmp_path / "none"), fail_at=3), num_proc=3, reset_limit=1)
 
 
 def test_fewer_ranks_than_min_num_proc_after_a_loss_fail_after_the_elastic_timeout(spark, coordinator_at, tmp_path):

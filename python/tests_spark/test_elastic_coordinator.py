@@ -185,14 +185,65 @@ def test_more_worlds_than_the_reset_limit_fail_with_the_rendezvous_errors():
     coord.close()
 
 
-def test_a_ranks_own_failure_ends_the_job_before_the_failures_that_follow_it():
+def test_a_ranks_own_failure_ends_the_job_when_nobody_goes_on_naming_it_before_the_failures_that_follow():
     coord = coordinator(num_proc=2)
     thread, outcome = waiting(coord)
     a, b = in_first_world(coord)
     b.fail("rank 1 gives up")
+    thread.join(0.5)
+    assert thread.is_alive()  # rank 0 still runs: it may go on to the next world
+    a.fail("a collective failed: rank 1 left", consequence=True)  # it does not recover
     thread.join(10)
     assert "rank 1 of 2 failed:" in str(outcome["error"]) and "rank 1 gives up" in str(outcome["error"])
-    assert a.next() == ("exit", None)
+    assert a.next() == b.next() == ("exit", None)
+    coord.close()
+
+
+def test_a_failed_rank_is_restarted_when_the_others_go_on_and_its_new_task_joins_as_a_newcomer():
+    # Horovod's fault tolerance: the failed rank's task fails, Spark runs it again, and the world
+    # the survivors wait for takes it in.
+    coord = coordinator(num_proc=2)
+    thread, outcome = waiting(coord)
+    a, b = in_first_world(coord)
+    b.fail("rank 1 gives up")
+    a.join()  # its hvd.elastic.run caught the failed collective
+    kind, failure = b.next()
+    assert kind == "restart" and "rank 1 of 2 failed:" in failure and "rank 1 gives up" in failure
+    b.die()  # its task raised
+    retried = FakeTask(coord, 1, attempt=1)
+    retried.join()
+    worlds = [task.next()[1] for task in (a, retried)]
+    assert [(generation, rank, size) for generation, rank, size, _ in worlds] == [(1, 0, 2), (1, 1, 2)]
+    a.done("a")
+    retried.done("b")
+    thread.join(10)
+    assert results(outcome) == ["a", "b"] and coord.worlds == [2, 2]
+    coord.close()
+
+
+def test_later_errors_name_the_failure_the_job_went_on_after():
+    coord = coordinator(num_proc=2, elastic_timeout=0.5)
+    thread, outcome = waiting(coord)
+    a, b = in_first_world(coord)
+    b.fail("rank 1 gives up")
+    a.join()
+    assert b.next()[0] == "restart"
+    thread.join(10)  # no task comes back within the elastic timeout
+    message = str(outcome["error"])
+    assert "1 ranks remain after losing slot 1 (attempt 0, 127.0.0.1)" in message
+    assert "before that, rank 1 of 2 failed:" in message and "rank 1 gives up" in message
+    coord.close()
+
+    # At its reset_limit the job ends at once, and the failed rank's task is not failed for nothing.
+    coord = coordinator(num_proc=2, reset_limit=0)
+    thread, outcome = waiting(coord)
+    a, b = in_first_world(coord)
+    b.fail("rank 1 gives up")
+    a.join()
+    thread.join(10)
+    message = str(outcome["error"])
+    assert "needs a new world after 0 resets, its reset_limit" in message and "rank 1 gives up" in message
+    assert a.next() == b.next() == ("exit", None)
     coord.close()
 
 

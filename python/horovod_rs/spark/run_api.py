@@ -62,7 +62,10 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
     grows to at most ``max_num_proc`` (default ``num_proc``); after losing ranks it waits up to
     ``elastic_timeout`` (``HOROVOD_ELASTIC_TIMEOUT``, else 600 s) for ``min_num_proc``;
     ``reset_limit`` (default: none) bounds the new worlds after the first. ``min_np``/``max_np``
-    are Horovod's older names. A rank's own exception fails the job with its traceback. Lines the
+    are Horovod's older names. A rank whose ``fn`` raises leaves the world, as in Horovod: its task
+    fails and Spark runs it again (``spark.task.maxFailures``), which joins the others once their
+    ``hvd.elastic.run`` asked for the next world; when none goes on, the job fails with its
+    traceback. Lines the
     ranks print are prefixed with their task's slot, which keeps its number when ranks change.
 
     Runs from a classic session and from a Spark Connect one: the job's coordinator runs on the

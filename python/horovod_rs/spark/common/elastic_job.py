@@ -20,9 +20,12 @@ world is decided by a coordinator on the driver, which outlives any rank:
   the stage (tasks Spark is retrying on an executor that never comes back).
 
 The first world waits for ``num_proc`` tasks (gang start, up to ``start_timeout``; then
-``min_num_proc`` suffice). A rank's own exception ends the job, with its traceback, as in
-``run``; only lost ranks and failed collectives make a new world. ``reset_limit`` bounds how many
-new worlds a job forms after its first.
+``min_num_proc`` suffice). A rank whose ``fn`` raises its own exception leaves the world as a lost
+one does, as in Horovod: once no member still runs, if any went on to the next world (their
+``hvd.elastic.run`` caught the failed collective), the failed task raises it, and Spark runs the
+task again (``spark.task.maxFailures``), which joins as a newcomer. When no member went on (every
+one failed, returned or was lost), the job ends with the rank's traceback. ``reset_limit`` bounds
+how many new worlds a job forms after its first.
 
 Where the coordinator runs: on the driver when the driver is in the cluster (a classic session);
 else (a Spark Connect client, which the executors may not reach) in a process of its own on an
@@ -63,6 +66,15 @@ TASK_SCHEMA = "slot int, attempt int, output string, result binary, verdict bina
 
 class ElasticJobError(RuntimeError):
     """The elastic job cannot go on: too few ranks, ``reset_limit`` exceeded, or a rank failed."""
+
+
+class TaskRestarted(RuntimeError):
+    """Fails the task of a rank whose ``fn`` raised when the job went on without it: Spark runs
+    the task again, and the new attempt joins the job as a newcomer."""
+
+    def __init__(self, failure):
+        super().__init__("the elastic job goes on without this rank, and Spark runs its task again "
+                         "(spark.task.maxFailures bounds how often): %s" % failure)
 
 
 class Retired(BaseException):
@@ -143,6 +155,7 @@ class _Worker:
         self.entry = None  # the address it waits to join the next world at
         self.join_error = None  # why its last rendezvous failed, if it did
         self.outcome = None  # (ok, payload) once it returned
+        self.restarting = False  # failed, and told to fail its task so that Spark runs it again
         self.send_lock = threading.Lock()
 
     def send(self, message):
@@ -174,6 +187,7 @@ class Coordinator:
         self._failed_rendezvous = 0  # worlds in a row whose members could not meet
         self._need_since = time.time()  # since when a world is needed and none runs
         self._result = self._error = None
+        self._last_failure = None  # the last rank's own failure the job went on after, for its errors
         self.worlds = []  # the size of every world formed, in order
         self._listener = socket.create_server(("0.0.0.0", 0), backlog=128)
         self._closed = False
@@ -290,10 +304,12 @@ class Coordinator:
     def _step_locked(self):
         if self._result is not None or self._error is not None:
             return
-        failed = [w for w in self._members if w.outcome is not None and not w.outcome[0]]
+        failed = [w for w in self._members if w.outcome is not None and not w.outcome[0] and not w.restarting]
         if failed:
-            self._fail_locked(self._rank_failed(failed))
-            return
+            if self._running_members():
+                return  # their collectives fail next: they go on to the next world, or fail too
+            if not self._restart_failed_locked(failed):
+                return
         if self._members and all(w.outcome is not None for w in self._members):
             self._result = [w.outcome for w in self._members]
             self._exit_everyone_else_locked()
@@ -305,6 +321,22 @@ class Coordinator:
         if self._need_since is None:
             self._need_since = time.time()
         self._form_world_locked([w for w in self._workers if w.alive and w.entry is not None])
+
+    def _restart_failed_locked(self, failed):
+        """Members whose ``fn`` raised, once no member still runs. As in Horovod, the job goes on
+        without them when others went on to the next world: their tasks fail, and Spark runs them
+        again. Else (or past ``reset_limit``) it fails with the rank's traceback. Returns whether
+        it goes on."""
+        going_on = [w for w in self._members if w.alive and w.entry is not None]
+        self._last_failure = self._rank_failed(failed)
+        error = self._past_reset_limit(going_on) if going_on else self._last_failure
+        if error is not None:
+            self._fail_locked(error)
+            return False
+        for worker in failed:
+            worker.restarting = True
+            worker.send(("restart", str(self._last_failure)))
+        return True
 
     def _rank_failed(self, failed):
         """The job's error when members returned failing: a rank's own failure first; a rank that
@@ -330,6 +362,11 @@ class Coordinator:
 
     def _form_world_locked(self, waiting):
         first = self._generation < 0
+        past_limit = None if first else self._past_reset_limit(waiting)
+        if past_limit is not None:
+            self._fail_locked(past_limit)  # known before any newcomer comes: no need to wait for one
+            return
+        errors = sorted({w.join_error for w in waiting if w.join_error})
         wanted = self.num_proc if first else self.min_np
         waited = time.time() - self._need_since
         timeout = self._start_timeout if first else self._elastic_timeout
@@ -341,19 +378,12 @@ class Coordinator:
                 return
             else:
                 return
-        errors = sorted({w.join_error for w in waiting if w.join_error})
         # A world none of whose members could meet (every one asks again with an error) did not run.
         previous_met = not self._members or any(w in waiting and not w.join_error for w in self._members)
         self._failed_rendezvous = 0 if previous_met else self._failed_rendezvous + 1
         if self._failed_rendezvous >= FAILED_RENDEZVOUS_LIMIT:
             self._fail_locked(ElasticJobError(
                 "%d worlds in a row could not rendezvous: %s" % (self._failed_rendezvous, "; ".join(errors))))
-            return
-        if not first and self._reset_limit is not None and self._generation >= self._reset_limit:
-            self._fail_locked(ElasticJobError(
-                "the elastic job needs a new world after %d resets, its reset_limit; the last world had %d ranks%s"
-                % (self._generation, len(self._members),
-                   "; its rendezvous failed: " + "; ".join(errors) if errors else "")))
             return
         previous = [w for w in self._members if w in waiting]
         newcomers = sorted((w for w in waiting if w not in previous), key=lambda w: (w.slot, w.attempt))
@@ -366,6 +396,16 @@ class Coordinator:
             member.entry = None
             member.send(("world", (self._generation, rank, len(members), entries)))
 
+    def _past_reset_limit(self, waiting):
+        """The job's error when it needs a new world after ``reset_limit`` resets, else None."""
+        if self._reset_limit is None or self._generation < self._reset_limit:
+            return None
+        errors = sorted({w.join_error for w in waiting if w.join_error})
+        return ElasticJobError(
+            "the elastic job needs a new world after %d resets, its reset_limit; the last world had %d ranks%s%s"
+            % (self._generation, len(self._members), "; its rendezvous failed: " + "; ".join(errors) if errors else "",
+               self._after_failure()))
+
     def _too_few(self, waiting, first, timeout):
         seen = ", ".join(repr(w) for w in waiting) or "none"
         if first:
@@ -373,11 +413,15 @@ class Coordinator:
                 "only %d of min_num_proc=%d tasks started within start_timeout (%g s); tasks seen: %s. Add "
                 "executors or cores, lower min_num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT"
                 % (len(waiting), self.min_np, timeout, seen))
-        lost = [repr(w) for w in self._members if not w.alive]
+        lost = [repr(w) for w in self._members if not w.alive or w.restarting]
         return ElasticJobError(
             "%d ranks remain after losing %s, fewer than min_num_proc=%d, and no new task joined within "
-            "elastic_timeout (%g s); ranks waiting: %s. The last committed state was world %d's"
-            % (len(waiting), ", ".join(lost) or "none", self.min_np, timeout, seen, self._generation))
+            "elastic_timeout (%g s); ranks waiting: %s. The last committed state was world %d's%s"
+            % (len(waiting), ", ".join(lost) or "none", self.min_np, timeout, seen, self._generation,
+               self._after_failure()))
+
+    def _after_failure(self):
+        return "; before that, %s" % self._last_failure if self._last_failure is not None else ""
 
     def _fail_locked(self, error):
         if self._result is None and self._error is None:
@@ -390,7 +434,8 @@ class Coordinator:
         the verdict, those that returned too (they wait for it)."""
         exit_message = self._exit_message_locked()
         for worker in self._workers:
-            if worker.alive and (worker.outcome is None or self._verdicts):
+            # (A rank that failed waits to learn whether its task is run again.)
+            if worker.alive and (worker.outcome is None or self._verdicts or not worker.outcome[0]):
                 worker.send(exit_message)
         self._lock.notify_all()
 
@@ -469,15 +514,16 @@ class Member:
         """Reports this task's outcome to the coordinator."""
         send_message(self._connection, ("done", (ok, payload)))
 
-    def verdict(self):
-        """The job's verdict, once the coordinator has it; None when the connection closed first."""
+    def word_after_outcome(self):
+        """The coordinator's word after this task's outcome: the job's verdict (``("exit",
+        verdict)``), or, after a failure, ``("restart", the failure)`` when the job went on without
+        this rank; None when the connection closed first."""
         from horovod_rs.common.exceptions import HorovodInternalError
 
         try:
-            kind, body = self._next_message()
+            return self._next_message()
         except HorovodInternalError:
             return None
-        return body if kind == "exit" else None
 
     def close(self):
         self._connection.close()
@@ -742,7 +788,10 @@ class _Task:
                     basics.leave_task(error)
             if outcome is not None:
                 member.finish(*outcome)
-                verdict = member.verdict() if self.verdicts else None
+                heard = member.word_after_outcome() if self.verdicts or not outcome[0] else None
+                if heard is not None and heard[0] == "restart":
+                    raise TaskRestarted(heard[1])
+                verdict = heard[1] if heard is not None and self.verdicts else None
                 if self.verdicts and outcome[0]:
                     row["result"] = outcome[1]
             row["output"] = output.undelivered() or None
