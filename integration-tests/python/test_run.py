@@ -27,6 +27,24 @@ def sum_of_ranks_fn():
     return sum_of_ranks
 
 
+def test_without_the_drivers_service_the_ranks_meet_at_rank_zeros_past_a_taken_port(spark, monkeypatch):
+    # As from a Spark Connect client: rank 0's task hosts the rendezvous on the first of the job's
+    # candidate ports it can bind. The first is taken here by something else that listens.
+    import socket
+
+    from horovod_rs.spark.common import job
+
+    secret = b"a-known-secret-for-this-test-0123"
+    monkeypatch.setattr(job, "make_secret_key", lambda: secret)
+    stranger = socket.create_server(("0.0.0.0", job.rank_zero_ports(secret)[0]))
+    spark.conf.set("spark.horovod.rs.driverRendezvous", "false")
+    try:
+        assert horovod_rs.spark.run(sum_of_ranks_fn(), num_proc=2) == [(0, 2, 1.0), (1, 2, 1.0)]
+    finally:
+        spark.conf.unset("spark.horovod.rs.driverRendezvous")
+        stranger.close()
+
+
 def test_results_come_back_in_rank_order(spark):
     assert horovod_rs.spark.run(sum_of_ranks_fn(), num_proc=2) == [(0, 2, 1.0), (1, 2, 1.0)]
 

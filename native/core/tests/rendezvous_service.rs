@@ -224,6 +224,66 @@ fn ranks_started_before_the_service_reach_it() {
 }
 
 #[test]
+fn of_several_candidates_the_ranks_find_the_one_the_service_listens_at() {
+    // A rank that hosts the service binds the first of the job's candidate
+    // ports it can: the earlier ones are anyone's. Here one is another
+    // protocol's (it answers garbage), one another job's service (another
+    // secret), one silent, and one nobody's; the service starts last.
+    let free = |_| {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let garbage = TcpListener::bind("127.0.0.1:0").unwrap();
+    let garbage_port = garbage.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for stream in garbage.incoming() {
+            let _ = stream.unwrap().write_all(&[0xAB; 64]);
+        }
+    });
+    let other_job =
+        RendezvousService::start("127.0.0.1:0", b"another-jobs-secret-0123", 2).unwrap();
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (nobody, ours) = (free(0), free(1));
+    let candidates = [
+        garbage_port,
+        other_job.port(),
+        silent.local_addr().unwrap().port(),
+        nobody,
+        ours,
+    ]
+    .map(|port| format!("127.0.0.1:{port}"))
+    .join(",");
+    let rank_1 = register(&candidates, 1, 2, 0, "b:2", LONG);
+    thread::sleep(Duration::from_millis(150));
+    let _service = RendezvousService::start(&format!("127.0.0.1:{ours}"), SECRET, 2).unwrap();
+    let rank_0 = register(&format!("127.0.0.1:{ours}"), 0, 2, 0, "a:1", LONG);
+    assert_eq!(entries(rank_0), ["a:1", "b:2"]);
+    assert_eq!(entries(rank_1), ["a:1", "b:2"]);
+
+    // With no candidate answering as the service, the error names each.
+    let err = exchange_entries(
+        &format!("127.0.0.1:{garbage_port},127.0.0.1:{}", other_job.port()),
+        SECRET,
+        1,
+        2,
+        0,
+        "b:2",
+        LONG,
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("none of the candidate addresses")
+            && text.contains(&garbage_port.to_string()),
+        "{text}"
+    );
+    drop(silent);
+}
+
+#[test]
 fn other_job_size_is_refused() {
     let (_service, address) = start(2);
     let err = exchange_entries(&address, SECRET, 2, 3, 0, "c:3", LONG).unwrap_err();

@@ -63,7 +63,8 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
     })
 }
 
-/// The launcher's rendezvous service: the ranks exchange their addresses through it.
+/// A job's rendezvous service (the launcher's, the driver's, or rank 0's): the ranks exchange
+/// their addresses through it. `port` 0: any free one.
 #[pyclass]
 struct Rendezvous {
     service: Option<RendezvousService>,
@@ -72,8 +73,10 @@ struct Rendezvous {
 #[pymethods]
 impl Rendezvous {
     #[new]
-    fn new(secret: &[u8], size: usize) -> PyResult<Rendezvous> {
-        let service = RendezvousService::start("0.0.0.0:0", secret, size).map_err(py_err)?;
+    #[pyo3(signature = (secret, size, port=0))]
+    fn new(secret: &[u8], size: usize, port: u16) -> PyResult<Rendezvous> {
+        let service =
+            RendezvousService::start(&format!("0.0.0.0:{port}"), secret, size).map_err(py_err)?;
         Ok(Rendezvous {
             service: Some(service),
         })

@@ -18,13 +18,24 @@ use super::frames::*;
 /// Longest pause between attempts to reach a service not listening yet.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// Longest handshake with one of several candidate addresses: a stranger
+/// that listens there and stays silent costs this much once.
+const CANDIDATE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Registers `entry` as rank `rank`'s of stage attempt `attempt` with the
-/// driver's rendezvous service at `service_addr` ("host:port"), and returns
+/// job's rendezvous service at `service_addr` ("host:port"), and returns
 /// every rank's entry of that attempt, in rank order.
 ///
 /// `size` is the job size and must be the service's; `entry` is at most
 /// 64 KiB of UTF-8. Connecting is retried (the service may not listen yet)
 /// and the whole call takes at most `timeout`.
+///
+/// `service_addr` may list candidates, comma-separated ("h:p1,h:p2"): the
+/// service listens at one of them, and the others may be anyone's (a rank
+/// that hosts the service takes the first port it can bind). Each round
+/// tries them in order; one that answers but is not the job's service (its
+/// handshake fails: another protocol, another secret, silence) is skipped
+/// from then on.
 ///
 /// # Errors
 /// * `InvalidArgument`: rank out of range, unparsable address, entry too
@@ -47,10 +58,12 @@ pub fn exchange_entries(
     timeout: Duration,
 ) -> Result<Vec<String>> {
     let secret = Secret::new(secret)?;
-    validate(service_addr, rank, size, entry, timeout)?;
+    let candidates: Vec<&str> = service_addr.split(',').collect();
+    validate(&candidates, rank, size, entry, timeout)?;
     let timeout = timeout.min(MAX_TIMEOUT);
     let client = Client {
         address: service_addr,
+        candidates,
         rank,
         size,
         attempt,
@@ -58,8 +71,8 @@ pub fn exchange_entries(
         timeout,
         deadline: Instant::now() + timeout,
     };
-    let stream = client.reach()?;
-    let result = client.register(&stream, entry);
+    let (stream, address) = client.reach()?;
+    let result = client.register(&stream, address, entry);
     let _ = stream.shutdown(Shutdown::Both);
     if let Ok(entries) = &result {
         debug!(
@@ -70,12 +83,18 @@ pub fn exchange_entries(
     result
 }
 
-fn validate(address: &str, rank: usize, size: usize, entry: &str, timeout: Duration) -> Result<()> {
+fn validate(
+    candidates: &[&str],
+    rank: usize,
+    size: usize,
+    entry: &str,
+    timeout: Duration,
+) -> Result<()> {
     if size == 0 {
         return Err(Error::InvalidArgument("the job size is zero".into()));
     }
     handshake::check_rank(rank, size)?;
-    if !net::is_host_port(address) {
+    if let Some(address) = candidates.iter().find(|a| !net::is_host_port(a)) {
         return Err(Error::InvalidArgument(format!(
             "the rendezvous service address {address:?} is not host:port"
         )));
@@ -97,6 +116,7 @@ fn validate(address: &str, rank: usize, size: usize, entry: &str, timeout: Durat
 /// What a rank's registration needs to know.
 struct Client<'a> {
     address: &'a str,
+    candidates: Vec<&'a str>,
     rank: usize,
     size: usize,
     attempt: u32,
@@ -122,17 +142,57 @@ impl Client<'_> {
     }
 
     fn service(&self) -> String {
-        format!("the driver's rendezvous service at {}", self.address)
+        if self.candidates.len() > 1 {
+            format!("rank 0's rendezvous service at one of {}", self.address)
+        } else {
+            format!("the driver's rendezvous service at {}", self.address)
+        }
     }
 
-    /// Connects to the service, retrying until the deadline.
-    fn reach(&self) -> Result<TcpStream> {
+    /// Connects to the service and takes the handshake, retrying until the
+    /// deadline; returns the connection and the candidate it reached.
+    fn reach(&self) -> Result<(TcpStream, &str)> {
         let mut pause = Duration::from_millis(10);
+        let mut strangers: Vec<Option<Error>> = self.candidates.iter().map(|_| None).collect();
         loop {
-            let failure = match net::open(self.address, self.remaining().min(MAX_CONNECT_ATTEMPT)) {
-                Ok(stream) => return Ok(stream),
-                Err(e) => e,
-            };
+            let mut failure = None;
+            for (address, stranger) in self.candidates.iter().zip(strangers.iter_mut()) {
+                if stranger.is_some() {
+                    continue;
+                }
+                let stream = match net::open(address, self.remaining().min(MAX_CONNECT_ATTEMPT)) {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        failure = Some(e.to_string());
+                        continue;
+                    }
+                };
+                match self.handshake(&stream) {
+                    Ok(()) => return Ok((stream, address)),
+                    Err(e) if self.candidates.len() > 1 && is_a_stranger(&e) => {
+                        debug!(
+                            "rank {}: {address} is not the job's rendezvous service: {e}",
+                            self.rank
+                        );
+                        *stranger = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if strangers.iter().all(Option::is_some) {
+                let reasons: Vec<String> = self
+                    .candidates
+                    .iter()
+                    .zip(&strangers)
+                    .filter_map(|(address, e)| Some(format!("{address}: {}", e.as_ref()?)))
+                    .collect();
+                return Err(Error::InvalidArgument(format!(
+                    "rank {}: none of the candidate addresses of the job's rendezvous service answers as it ({})",
+                    self.rank,
+                    reasons.join("; ")
+                )));
+            }
+            let failure = failure.unwrap_or_default();
             if Instant::now() >= self.deadline {
                 return Err(Error::Timeout {
                     what: format!(
@@ -153,10 +213,16 @@ impl Client<'_> {
         }
     }
 
-    /// The client's side of the handshake, the request, and the reply.
-    fn register(&self, stream: &TcpStream, entry: &str) -> Result<Vec<String>> {
+    /// The client's side of the handshake: a candidate's is short, as a
+    /// stranger may listen there.
+    fn handshake(&self, stream: &TcpStream) -> Result<()> {
         let handshake = |e: io::Error| self.io_error(e, Phase::Handshake);
-        prepare(stream, self.remaining()).map_err(|e| {
+        let timeout = if self.candidates.len() > 1 {
+            self.remaining().min(CANDIDATE_HANDSHAKE_TIMEOUT)
+        } else {
+            self.remaining()
+        };
+        prepare(stream, timeout).map_err(|e| {
             Error::io(
                 format!("configuring the connection to {}", self.service()),
                 e,
@@ -174,11 +240,17 @@ impl Client<'_> {
             kind: KIND_SERVICE,
             secret_holders: "the driver and the ranks",
         };
-        handshake::connect(stream, &self.secret, &ours, &dialled, handshake)?;
+        handshake::connect(stream, &self.secret, &ours, &dialled, handshake).map(|_| ())
+    }
+
+    /// The request and the reply, on a connection past its handshake with
+    /// the service at `address`.
+    fn register(&self, stream: &TcpStream, address: &str, entry: &str) -> Result<Vec<String>> {
         let mut stream = stream;
         stream
-            .write_all(&encode_request(self.attempt, entry))
-            .map_err(handshake)?;
+            .set_write_timeout(Some(self.remaining()))
+            .and_then(|()| stream.write_all(&encode_request(self.attempt, entry)))
+            .map_err(|e| self.io_error(e, Phase::Handshake))?;
 
         stream
             .set_read_timeout(Some(self.remaining()))
@@ -193,7 +265,7 @@ impl Client<'_> {
                 self.rank
             ))),
             Ok(Reply::Superseded(message)) => Err(Error::ServiceLost {
-                address: self.address.to_string(),
+                address: address.to_string(),
                 context: format!("while waiting for the other ranks to register: {message}"),
             }),
             Err(detail) => Err(Error::VersionMismatch {
@@ -246,4 +318,18 @@ impl Client<'_> {
             _ => Error::io(format!("{during} with {}", self.service()), err),
         }
     }
+}
+
+/// Whether a handshake's failure says the address is someone else's, not the
+/// job's service: another protocol or version, another secret, silence, or a
+/// connection closed at once.
+fn is_a_stranger(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::AuthFailed { .. }
+            | Error::VersionMismatch { .. }
+            | Error::Timeout { .. }
+            | Error::ServiceLost { .. }
+            | Error::Io { .. }
+    )
 }

@@ -8,9 +8,9 @@ the Run API, the training DataFrame for a fit), settings come from ``spark.conf`
 variables through the native settings table, and the job is cancelled by its session tag.
 
 Where the ranks find each other: through a rendezvous service on the driver when the driver runs
-in the cluster (a classic session: fastest), else among themselves inside the cluster (Spark's
-barrier ``allGather``, about a second per job), since a Connect client may be out of the
-executors' reach. ``spark.horovod.rs.driverRendezvous`` forces either way.
+in the cluster (a classic session), else through one that rank 0's task hosts, since a Connect
+client may be out of the executors' reach (``rank_zero_rendezvous``).
+``spark.horovod.rs.driverRendezvous`` forces either way.
 
 Every rank reports an outcome instead of failing its task: a failed task would abort the stage
 with Spark's generic message, while an outcome carries the rank's own traceback. A rank that
@@ -36,6 +36,10 @@ from horovod_rs.runner.common.util.secret import make_secret_key
 from horovod_rs.spark.common import session
 
 POLL_S = 0.2
+# The ports rank 0's task tries for the job's rendezvous service, in the order every rank knows:
+# derived from the job's secret, below Linux's ephemeral range.
+RANK_ZERO_PORTS = 8
+RANK_ZERO_PORT_RANGE = (20000, 32768)
 # How often a fit's attempt on fewer ranks than it wants counts the cluster's task slots.
 REGROW_POLL_S = 2.0
 # How often a job waiting for task slots says what it waits for (the first time after executors
@@ -399,7 +403,7 @@ def spark_failure_text(error):
 class RankContext:
     """What each task needs to join the job (shipped inside the task's closure): the job's size and
     secret, the spec fields its settings set, the driver's rendezvous service (None: the ranks
-    exchange their addresses with Spark's allGather), the ``env`` the function runs with, and
+    host one in rank 0's task), the ``env`` the function runs with, and
     where to send output (and what the driver may ask back, ``output.forward_output``)."""
 
     def __init__(self, size, secret, spec, rendezvous, env, output_address, output_token, requests=()):
@@ -436,18 +440,23 @@ class RankContext:
 
         ctx = BarrierTaskContext.get()
         rank = ctx.partitionId()
-        host = ctx.getTaskInfos()[rank].address.rsplit(":", 1)[0]
-        error = None
+        hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
+        error = service = None
         with environment(self.env):
             try:
-                spec = basics.RankSpec(rank, self.size, self.rendezvous, self.secret, host=host, fields=self.spec)
-                basics.join_task(spec, None if self.rendezvous else lambda: _join_with_all_gather(ctx, spec))
+                rendezvous = self.rendezvous
+                if rendezvous is None:
+                    service, rendezvous = rank_zero_rendezvous(rank, self.size, self.secret, hosts[0])
+                spec = basics.RankSpec(rank, self.size, rendezvous, self.secret, host=hosts[rank], fields=self.spec)
+                basics.join_task(spec)
                 yield rank
             except BaseException as e:
                 error = e
                 raise
             finally:
                 basics.leave_task(error)
+                if service is not None:
+                    service.close()
 
 
 def failure_payload(error):
@@ -459,21 +468,41 @@ def failure_payload(error):
     return cloudpickle.dumps({"traceback": traceback.format_exc(), "consequence": consequence})
 
 
-def _join_with_all_gather(ctx, spec):
-    """Joins ``spec``'s job with the ranks' addresses exchanged through Spark's barrier
-    ``allGather``: every rank takes part, a rank that cannot listen with its error instead of an
-    address, so that every rank then fails naming it."""
+def rank_zero_ports(secret):
+    """The candidate ports of rank 0's rendezvous service, in order: the job's own (another job
+    has others). (PySpark does not tell a task its stage attempt; a retried stage's rank 0 finds
+    the first port free once the last attempt's rank 0 ended, else takes the next.)"""
+    import hashlib
+
+    low, high = RANK_ZERO_PORT_RANGE
+    ports = []
+    for i in range(RANK_ZERO_PORTS):
+        digest = hashlib.sha256(b"%s rendezvous port %d" % (secret, i)).digest()
+        ports.append(low + int.from_bytes(digest[:4], "big") % (high - low))
+    return ports
+
+
+def rank_zero_rendezvous(rank, size, secret, rank_zero_host):
+    """The job's rendezvous when the driver hosts none: rank 0's task starts the service on the
+    first of the job's candidate ports it can bind, and every rank registers with it, trying the
+    candidates in order (the native client skips one that answers as something else). Spark's
+    barrier ``allGather`` would do as well but costs a second a job (its wait sleeps a second
+    between checks); rank 0 is reachable from the others wherever their mesh is. Returns rank 0's
+    service (None elsewhere) and the address(es) to register at."""
     from horovod_rs import _native
 
-    try:
-        joining = _native.Joining()
-        entry = "%s:%d" % (spec.host, joining.port())
-    except Exception as e:
-        joining, entry = None, "%s%s" % (_native.FAILED_ENTRY_PREFIX, e)
-    entries = ctx.allGather(entry)
-    if joining is None:
-        raise RuntimeError("rank %d could not start its rendezvous listener: %s" % (spec.rank, entry[1:]))
-    return joining.join(spec.with_entries(entries).to_json(), spec.secret)
+    ports = rank_zero_ports(secret)
+    if rank != 0:
+        return None, ",".join("%s:%d" % (rank_zero_host, port) for port in ports)
+    errors = []
+    for port in ports:
+        try:
+            return _native.Rendezvous(secret, size, port), "%s:%d" % (rank_zero_host, port)
+        except Exception as e:  # noqa: BLE001  (taken: the next candidate)
+            errors.append("%d: %s" % (port, e))
+    raise RuntimeError("rank 0 could not start the job's rendezvous service on any of its %d ports (%s); "
+                       "set spark.horovod.rs.driverRendezvous=true if the executors reach the driver"
+                       % (len(ports), "; ".join(errors)))
 
 
 def environment(env):
