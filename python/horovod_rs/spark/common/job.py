@@ -449,6 +449,11 @@ class RankContext:
                     service, rendezvous = rank_zero_rendezvous(rank, self.size, self.secret, hosts[0])
                 spec = basics.RankSpec(rank, self.size, rendezvous, self.secret, host=hosts[rank], fields=self.spec)
                 basics.join_task(spec)
+                if service is not None:
+                    # Rank 0 has its list once every rank registered, and closing leaves the replies
+                    # under way alone: the service is done, and a retried stage's rank 0 finds the
+                    # job's first port free again.
+                    service.close()
                 yield rank
             except BaseException as e:
                 error = e
