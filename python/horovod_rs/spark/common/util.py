@@ -207,3 +207,43 @@ def _get_metadata(df):
         metadata[field.name] = {"spark_data_type": data_type, "is_sparse_vector_only": sparse_only,
                                 "shape": shapes.pop(), "intermediate_format": target, "max_size": max(sizes)}
     return metadata
+
+
+def _has_vector_column(df):
+    """Whether ``df`` has a column of Spark ML vectors."""
+    from pyspark.ml.linalg import VectorUDT
+
+    return any(isinstance(field.dataType, VectorUDT) for field in df.schema.fields)
+
+
+def to_petastorm_fn(schema_cols, metadata):
+    """Horovod's row mapper for Parquet that Petastorm reads: in ``schema_cols``, vectors become
+    lists of floats; with ``metadata`` (``_get_metadata``) a column of sparse vectors becomes
+    Horovod's custom sparse format instead, ``[n, i_1..i_n, v_1..v_n]`` padded with zeros to
+    ``2 * max_size + 1``. ``fit`` needs no such step (rows reach the ranks as Arrow); this is for
+    scripts that write their own Parquet for ``fit_on_parquet``, which reads such lists."""
+    from horovod_rs.spark.common import constants
+
+    def to_petastorm(row):
+        from pyspark import Row
+        from pyspark.ml.linalg import Vector
+
+        converted = {}
+        for col in schema_cols:
+            value = row[col]
+            if not isinstance(value, Vector):
+                continue
+            form = metadata[col]["intermediate_format"] if metadata else constants.ARRAY
+            if form == constants.CUSTOM_SPARSE:
+                padding = [0.0] * (2 * (metadata[col]["max_size"] - len(value.indices)))
+                converted[col] = [float(len(value.indices))] + [float(i) for i in value.indices] + \
+                    [float(v) for v in value.values] + padding
+            else:
+                converted[col] = value.toArray().tolist()
+        if not converted:
+            return row
+        values = row.asDict()
+        values.update(converted)
+        return Row(**values)
+
+    return to_petastorm

@@ -128,3 +128,47 @@ class TFKerasUtil:
     @staticmethod
     def serialize_param_value(param_name, param_val):
         return _serialize_param_value(param_name, param_val, serialize_model, serialize_optimizer)
+
+    @staticmethod
+    def _reshape_fn(sample_weight_col, feature_columns, label_columns, metadata):
+        """Horovod's per-row step of its Petastorm path: a dict of the row's columns (named tuple
+        fields), custom sparse columns (``to_petastorm_fn``) made dense. The Arrow path shapes
+        batches itself; this is for code that built the format."""
+        import tensorflow as tf
+
+        from horovod_rs.spark.common.constants import CUSTOM_SPARSE
+
+        to_dense = _custom_sparse_to_dense_fn()
+
+        def reshape(row):
+            new_row = {sample_weight_col: getattr(row, sample_weight_col)} if sample_weight_col else {}
+            for col in feature_columns + label_columns:
+                value = getattr(row, col)
+                if metadata[col]["intermediate_format"] == CUSTOM_SPARSE:
+                    value = to_dense(tf.reshape(value, [metadata[col]["max_size"] * 2 + 1]), metadata[col]["shape"])
+                new_row[col] = value
+            return new_row
+
+        return reshape
+
+    @staticmethod
+    def _prep_data_fn(has_sparse_col, sample_weight_col, feature_columns, label_columns, input_shapes,
+                      label_shapes, output_names):
+        """Horovod's Keras ``(inputs, labels[, sample weights by output])`` of a row: a dict when
+        ``has_sparse_col`` (``_reshape_fn``'s rows), else a named tuple; each column reshaped to
+        its shape, one label unwrapped from its tuple."""
+        import tensorflow as tf
+
+        def column(row, col):
+            return row[col] if has_sparse_col else getattr(row, col)
+
+        def prep(row):
+            inputs = tuple(tf.reshape(column(row, col), shape) for col, shape in zip(feature_columns, input_shapes))
+            labels = [tf.reshape(column(row, col), shape) for col, shape in zip(label_columns, label_shapes)]
+            labels = tuple(labels) if len(labels) > 1 else labels[0]
+            if not sample_weight_col:
+                return inputs, labels
+            weight = tf.reshape(column(row, sample_weight_col), [-1])
+            return inputs, labels, {name: weight for name in output_names}
+
+        return prep

@@ -260,3 +260,19 @@ def _logger(pl, s, logs_dir, verbose):
             print("horovod_rs: no TensorBoard logs in the store (pip install tensorboard to have them)")
         return False
     return pl.loggers.TensorBoardLogger(logs_dir)
+
+
+def _prepare_data_fn(metadata):
+    """Horovod's Lightning decoder of a column's rows (``prepare_data(col_name, rows)``): as
+    torch's ``_prepare_np_data_fn``; a column missing from ``metadata`` is returned as it is."""
+    from horovod_rs.spark.common.constants import CUSTOM_SPARSE
+    from horovod_rs.spark.torch.remote import _custom_sparse_to_dense
+
+    def prepare_data(col_name, rows):
+        import torch
+
+        if col_name not in metadata or metadata[col_name]["intermediate_format"] != CUSTOM_SPARSE:
+            return rows
+        return _custom_sparse_to_dense(torch, rows, metadata[col_name]["shape"])
+
+    return prepare_data

@@ -20,7 +20,7 @@ import typing
 import cloudpickle
 
 from horovod_rs.spark.common import remote as common
-from horovod_rs.spark.common.constants import METRIC_PRINT_FREQUENCY
+from horovod_rs.spark.common.constants import CUSTOM_SPARSE, METRIC_PRINT_FREQUENCY
 from horovod_rs.spark.torch import device as devices
 from horovod_rs.spark.torch import util
 
@@ -408,6 +408,30 @@ def _update_metrics_fn(metric_fn_groups):
         return metric_value_groups
 
     return update_metrics
+
+
+def _custom_sparse_to_dense(torch, rows, width):
+    """Rows of Horovod's custom sparse format (``to_petastorm_fn``) as a dense ``[rows, width]``."""
+    dense = torch.zeros([rows.shape[0], width])
+    for r in range(rows.shape[0]):
+        count = int(rows[r][0])
+        dense[r][rows[r][1:count + 1].long()] = rows[r][count + 1:2 * count + 1].to(dense.dtype)
+    return dense
+
+
+def _prepare_np_data_fn():
+    """Horovod's decoder of a column's rows as its Petastorm path read them: rows of its custom
+    sparse format become dense (``metadata[col]['shape']`` wide), others are returned as they
+    are. The Arrow path sends sparse vectors dense; this is for code that made the format."""
+
+    def prepare_np_data(rows, col_name, metadata):
+        import torch
+
+        if metadata[col_name]["intermediate_format"] != CUSTOM_SPARSE:
+            return rows
+        return _custom_sparse_to_dense(torch, rows, metadata[col_name]["shape"])
+
+    return prepare_np_data
 
 
 def _write_metrics_summary_fn():
