@@ -32,11 +32,12 @@ def test_without_the_drivers_service_the_ranks_meet_at_rank_zeros_past_a_taken_p
     # candidate ports it can bind. The first is taken here by something else that listens.
     import socket
 
+    from horovod_rs import _native
     from horovod_rs.spark.common import job
 
     secret = b"a-known-secret-for-this-test-0123"
     monkeypatch.setattr(job, "make_secret_key", lambda: secret)
-    stranger = socket.create_server(("0.0.0.0", job.rank_zero_ports(secret)[0]))
+    stranger = socket.create_server(("0.0.0.0", _native.rank_zero_ports(secret)[0]))
     spark.conf.set("spark.horovod.rs.driverRendezvous", "false")
     try:
         assert horovod_rs.spark.run(sum_of_ranks_fn(), num_proc=2) == [(0, 2, 1.0), (1, 2, 1.0)]

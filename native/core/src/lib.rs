@@ -79,7 +79,9 @@ pub use launch::settings::tls_setting;
 pub use nccl::NcclCommunicator;
 pub use reduce::{Element, ReduceOp};
 pub use rendezvous::{connect, Listener};
-pub use rendezvous_service::{exchange_entries, RendezvousService};
+pub use rendezvous_service::{
+    exchange_entries, rank_zero_candidates, rank_zero_ports, RendezvousService,
+};
 pub use tls::TLS_VARIABLE;
 
 /// The half-precision element types, from the `half` crate.

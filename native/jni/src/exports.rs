@@ -131,6 +131,45 @@ pub extern "system" fn Java_horovod_rs_spark_HorovodNative_startRendezvousServic
         .resolve::<ThrowHorovodException>()
 }
 
+/// Rank 0's rendezvous service for a job of `size` ranks, on the first free port of the job's.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_startRankZeroRendezvousService<
+    'caller,
+>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    secret: JByteArray<'caller>,
+    size: jint,
+) -> jlong {
+    unowned_env
+        .with_env(|env| -> Result<jlong, JniError> {
+            let secret = env.convert_byte_array(&secret)?;
+            let size = count(size, "size")?;
+            Ok(into_handle(RendezvousService::start_for_rank_zero(
+                &secret, size,
+            )?))
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
+/// Where a rank registers with rank 0's service on `host`: the candidates, comma-separated.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_horovod_rs_spark_HorovodNative_rankZeroCandidates<'caller>(
+    mut unowned_env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    host: JString<'caller>,
+    secret: JByteArray<'caller>,
+) -> JString<'caller> {
+    unowned_env
+        .with_env(|env| -> Result<JString<'caller>, JniError> {
+            let host = host.try_to_string(env)?;
+            let secret = env.convert_byte_array(&secret)?;
+            let candidates = horovod_core::rank_zero_candidates(&host, &secret);
+            Ok(JString::from_str(env, candidates)?)
+        })
+        .resolve::<ThrowHorovodException>()
+}
+
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_horovod_rs_spark_HorovodNative_rendezvousServicePort<'caller>(
     mut unowned_env: EnvUnowned<'caller>,

@@ -64,7 +64,7 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
 }
 
 /// A job's rendezvous service (the launcher's, the driver's, or rank 0's): the ranks exchange
-/// their addresses through it. `port` 0: any free one.
+/// their addresses through it.
 #[pyclass]
 struct Rendezvous {
     service: Option<RendezvousService>,
@@ -73,10 +73,17 @@ struct Rendezvous {
 #[pymethods]
 impl Rendezvous {
     #[new]
-    #[pyo3(signature = (secret, size, port=0))]
-    fn new(secret: &[u8], size: usize, port: u16) -> PyResult<Rendezvous> {
-        let service =
-            RendezvousService::start(&format!("0.0.0.0:{port}"), secret, size).map_err(py_err)?;
+    fn new(secret: &[u8], size: usize) -> PyResult<Rendezvous> {
+        let service = RendezvousService::start("0.0.0.0:0", secret, size).map_err(py_err)?;
+        Ok(Rendezvous {
+            service: Some(service),
+        })
+    }
+
+    /// Rank 0's service, on the first free port of the job's (`rank_zero_ports`).
+    #[staticmethod]
+    fn for_rank_zero(secret: &[u8], size: usize) -> PyResult<Rendezvous> {
+        let service = RendezvousService::start_for_rank_zero(secret, size).map_err(py_err)?;
         Ok(Rendezvous {
             service: Some(service),
         })
@@ -466,6 +473,18 @@ fn job_settings(
 }
 
 /// Whether Spark's failure `text` says a task was lost with its executor or Python worker.
+/// The candidate ports of the job's rank-0 rendezvous service, in the order rank 0 tries them.
+#[pyfunction]
+fn rank_zero_ports(secret: &[u8]) -> Vec<u16> {
+    horovod_core::rank_zero_ports(secret)
+}
+
+/// Where a rank registers with rank 0's service on `host`: the candidates, comma-separated.
+#[pyfunction]
+fn rank_zero_candidates(host: &str, secret: &[u8]) -> String {
+    horovod_core::rank_zero_candidates(host, secret)
+}
+
 #[pyfunction]
 fn rank_lost(text: &str) -> bool {
     failure::rank_lost(text)
@@ -563,6 +582,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Work>()?;
     m.add_class::<Joining>()?;
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_zero_ports, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_zero_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(spec_variables, m)?)?;
     m.add_function(wrap_pyfunction!(setting_variables, m)?)?;
     m.add_function(wrap_pyfunction!(setting_keys, m)?)?;

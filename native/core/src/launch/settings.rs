@@ -289,11 +289,11 @@ pub const SETTINGS: &[Setting] = &[
         target: Target::Driver("driver_rendezvous"),
         default: DefaultValue::Declared,
         doc: "How ranks exchange addresses: true through a service on the driver (executors must \
-              reach the driver on one more port), false through one that rank 0's task hosts \
-              (Python; the JVM's Run API uses Spark's barrier allGather, about a second slower per \
-              job); auto picks the driver's when the driver runs in the cluster (a classic \
-              session, the JVM), rank 0's under Spark Connect. run_elastic's coordinator \
-              likewise: true on the driver, false in a process on an executor.",
+              reach the driver on one more port), false through one that rank 0's task hosts on a \
+              port derived from the job's secret (reachable wherever the ranks' own links are); \
+              auto picks the driver's when the driver runs in the cluster (a classic session, the \
+              JVM), rank 0's under Spark Connect. run_elastic's coordinator likewise: true on the \
+              driver, false in a process on an executor.",
         parse_key: |value| match value.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Value::from("auto")),
             "true" => Ok(Value::from("on")),

@@ -18,6 +18,10 @@ use super::frames::*;
 /// Longest pause between attempts to reach a service not listening yet.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// The same between rounds over candidates: rank 0's task, which hosts the
+/// service there, starts about when the others do, so they look often.
+const MAX_CANDIDATE_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// Longest handshake with one of several candidate addresses: a stranger
 /// that listens there and stays silent costs this much once.
 const CANDIDATE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -152,7 +156,7 @@ impl Client<'_> {
     /// Connects to the service and takes the handshake, retrying until the
     /// deadline; returns the connection and the candidate it reached.
     fn reach(&self) -> Result<(TcpStream, &str)> {
-        let mut pause = Duration::from_millis(10);
+        let mut pause = Duration::from_millis(5);
         let mut strangers: Vec<Option<Error>> = self.candidates.iter().map(|_| None).collect();
         loop {
             let mut failure = None;
@@ -209,7 +213,11 @@ impl Client<'_> {
                 self.service()
             );
             thread::sleep(pause.min(self.remaining()));
-            pause = (pause * 2).min(MAX_RETRY_PAUSE);
+            pause = (pause * 2).min(if self.candidates.len() > 1 {
+                MAX_CANDIDATE_RETRY_PAUSE
+            } else {
+                MAX_RETRY_PAUSE
+            });
         }
     }
 

@@ -38,14 +38,20 @@
 //! until its timeout. Dropping the service shuts every connection down, so
 //! waiting ranks fail at once with `ServiceLost`.
 //!
+//! Where the driver cannot host it (a Spark Connect client), rank 0's task
+//! does, on a port derived from the job's secret (`rank_zero`).
+//!
 //! Modules: `server` (the service), `client` (a rank's [`exchange_entries`]),
-//! `frames` (the request and reply frames both speak).
+//! `frames` (the request and reply frames both speak), `rank_zero` (rank 0's
+//! ports and service).
 
 mod client;
 mod frames;
+mod rank_zero;
 mod server;
 
 pub use client::exchange_entries;
+pub use rank_zero::{rank_zero_candidates, rank_zero_ports};
 pub use server::RendezvousService;
 
 #[cfg(test)]

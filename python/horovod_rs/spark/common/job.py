@@ -8,8 +8,8 @@ the Run API, the training DataFrame for a fit), settings come from ``spark.conf`
 variables through the native settings table, and the job is cancelled by its session tag.
 
 Where the ranks find each other: through a rendezvous service on the driver when the driver runs
-in the cluster (a classic session), else through one that rank 0's task hosts, since a Connect
-client may be out of the executors' reach (``rank_zero_rendezvous``).
+in the cluster (a classic session), else through one that rank 0's task hosts on a port derived
+from the job's secret, since a Connect client may be out of the executors' reach.
 ``spark.horovod.rs.driverRendezvous`` forces either way.
 
 Every rank reports an outcome instead of failing its task: a failed task would abort the stage
@@ -36,10 +36,6 @@ from horovod_rs.runner.common.util.secret import make_secret_key
 from horovod_rs.spark.common import session
 
 POLL_S = 0.2
-# The ports rank 0's task tries for the job's rendezvous service, in the order every rank knows:
-# derived from the job's secret, below Linux's ephemeral range.
-RANK_ZERO_PORTS = 8
-RANK_ZERO_PORT_RANGE = (20000, 32768)
 # How often a fit's attempt on fewer ranks than it wants counts the cluster's task slots.
 REGROW_POLL_S = 2.0
 # How often a job waiting for task slots says what it waits for (the first time after executors
@@ -436,6 +432,7 @@ class RankContext:
         whether it returned or failed) and the environment is as it was."""
         from pyspark import BarrierTaskContext
 
+        from horovod_rs import _native
         from horovod_rs.common import basics
 
         ctx = BarrierTaskContext.get()
@@ -445,8 +442,11 @@ class RankContext:
         with environment(self.env):
             try:
                 rendezvous = self.rendezvous
-                if rendezvous is None:
-                    service, rendezvous = rank_zero_rendezvous(rank, self.size, self.secret, hosts[0])
+                if rendezvous is None:  # rank 0's task hosts it (native/core's rendezvous_service/rank_zero.rs)
+                    rendezvous = _native.rank_zero_candidates(hosts[0], self.secret)
+                    if rank == 0:
+                        service = _native.Rendezvous.for_rank_zero(self.secret, self.size)
+                        rendezvous = "%s:%d" % (hosts[0], service.port())
                 spec = basics.RankSpec(rank, self.size, rendezvous, self.secret, host=hosts[rank], fields=self.spec)
                 basics.join_task(spec)
                 if service is not None:
@@ -471,43 +471,6 @@ def failure_payload(error):
 
     consequence = _native.follows_peer("%s: %s" % (type(error).__name__, error))
     return cloudpickle.dumps({"traceback": traceback.format_exc(), "consequence": consequence})
-
-
-def rank_zero_ports(secret):
-    """The candidate ports of rank 0's rendezvous service, in order: the job's own (another job
-    has others). (PySpark does not tell a task its stage attempt; a retried stage's rank 0 finds
-    the first port free once the last attempt's rank 0 ended, else takes the next.)"""
-    import hashlib
-
-    low, high = RANK_ZERO_PORT_RANGE
-    ports = []
-    for i in range(RANK_ZERO_PORTS):
-        digest = hashlib.sha256(b"%s rendezvous port %d" % (secret, i)).digest()
-        ports.append(low + int.from_bytes(digest[:4], "big") % (high - low))
-    return ports
-
-
-def rank_zero_rendezvous(rank, size, secret, rank_zero_host):
-    """The job's rendezvous when the driver hosts none: rank 0's task starts the service on the
-    first of the job's candidate ports it can bind, and every rank registers with it, trying the
-    candidates in order (the native client skips one that answers as something else). Spark's
-    barrier ``allGather`` would do as well but costs a second a job (its wait sleeps a second
-    between checks); rank 0 is reachable from the others wherever their mesh is. Returns rank 0's
-    service (None elsewhere) and the address(es) to register at."""
-    from horovod_rs import _native
-
-    ports = rank_zero_ports(secret)
-    if rank != 0:
-        return None, ",".join("%s:%d" % (rank_zero_host, port) for port in ports)
-    errors = []
-    for port in ports:
-        try:
-            return _native.Rendezvous(secret, size, port), "%s:%d" % (rank_zero_host, port)
-        except Exception as e:  # noqa: BLE001  (taken: the next candidate)
-            errors.append("%d: %s" % (port, e))
-    raise RuntimeError("rank 0 could not start the job's rendezvous service on any of its %d ports (%s); "
-                       "set spark.horovod.rs.driverRendezvous=true if the executors reach the driver"
-                       % (len(ports), "; ".join(errors)))
 
 
 def environment(env):

@@ -53,7 +53,7 @@ public class HorovodRunnerIT {
     }
 
     @Test(timeout = 120_000)
-    public void barrierAllGatherRendezvousWorksToo() {
+    public void rankZerosRendezvousWorksToo() {
         HorovodRunOptions options = HorovodRunOptions.fromConf(spark.sparkContext().getConf())
                 .withDriverRendezvous(false);
         List<Double> sums = HorovodRunner.run(spark, 2,

@@ -71,6 +71,12 @@ final class HorovodNative {
     /** Starts the driver's rendezvous service for a job of {@code size} ranks; returns its handle. */
     static native long startRendezvousService(String bindAddress, byte[] secret, int size);
 
+    /** Starts rank 0's rendezvous service, on the first free port of the job's; returns its handle. */
+    static native long startRankZeroRendezvousService(byte[] secret, int size);
+
+    /** Where a rank registers with rank 0's service on {@code host}: the candidates, comma-separated. */
+    static native String rankZeroCandidates(String host, byte[] secret);
+
     static native int rendezvousServicePort(long service);
 
     static native void stopRendezvousService(long service);

@@ -64,9 +64,9 @@ public final class HorovodRunOptions implements Serializable {
     }
 
     /**
-     * Whether ranks exchange addresses through a rendezvous service on the driver (fast; needs
-     * executors to reach the driver on one more port) or through Spark's barrier
-     * {@code allGather} (about a second slower per job, no extra port).
+     * Whether ranks exchange addresses through a rendezvous service on the driver (needs executors
+     * to reach the driver on one more port) or through one that rank 0's task hosts on a port
+     * derived from the job's secret (reachable wherever the ranks' own links are).
      */
     public HorovodRunOptions withDriverRendezvous(boolean enabled) {
         return with(HorovodConf.DRIVER_RENDEZVOUS, Boolean.toString(enabled));

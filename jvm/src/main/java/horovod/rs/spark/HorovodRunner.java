@@ -41,7 +41,8 @@ import scala.reflect.ClassTag;
  * }</pre>
  *
  * <p>Launch is one barrier stage: all ranks start together or not at all. Ranks find each other
- * through {@code BarrierTaskContext.allGather}; connections are proven with a secret made here,
+ * through a rendezvous service on the driver (or, with {@code spark.horovod.rs.driverRendezvous}
+ * false, one rank 0's task hosts); connections are proven with a secret made here,
  * new for every job. A rank's exception fails the whole job with that exception's message.
  */
 public final class HorovodRunner {

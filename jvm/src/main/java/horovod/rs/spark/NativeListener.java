@@ -1,8 +1,8 @@
 package horovod.rs.spark;
 
 /**
- * A rank's rendezvous listener, bound before the ranks exchange addresses (with Spark's barrier
- * {@code allGather}) and used up by joining the job.
+ * A rank's rendezvous listener, for a job whose ranks' addresses the caller exchanges itself (the
+ * tests' loopback ranks; Spark tasks join through a rendezvous service), used up by joining.
  */
 final class NativeListener extends NativeHandle {
     NativeListener(String bindAddress) {

@@ -1,7 +1,6 @@
 package horovod.rs.spark;
 
 import java.io.Serializable;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import org.apache.spark.BarrierTaskContext;
@@ -20,20 +19,19 @@ import scala.runtime.AbstractFunction1;
  * {@link RankOutcome}, never a failed Spark task: Spark retries failed barrier stages, which only
  * repeats a user's error.
  *
- * <p>The exchange goes through the driver's {@link RendezvousService} when there is one (inside the
- * native join), else through {@code BarrierTaskContext.allGather} (which costs about a second).
+ * <p>The exchange goes through the driver's {@link RendezvousService} when there is one, else
+ * through one that rank 0's task hosts on a port derived from the job's secret (Spark's barrier
+ * {@code allGather} would cost a second a job); both inside the native join.
  */
 final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankOutcome>>
         implements Serializable {
     private static final long serialVersionUID = 2L;
-    /** Marks an allGather entry that carries an error instead of an address (native's FAILED_ENTRY_PREFIX). */
-    private static final String FAILED_PREFIX = "!";
 
     private final PartitionFunction<I, T> fn;
     private final int size;
     private final byte[] secret;
     private final HorovodRunOptions options;
-    /** The driver's rendezvous service, {@code host:port}; null to exchange with allGather. */
+    /** The driver's rendezvous service, {@code host:port}; null when rank 0's task hosts one. */
     private final String serviceAddress;
 
     RankTask(PartitionFunction<I, T> fn, int size, byte[] secret, String serviceAddress, HorovodRunOptions options) {
@@ -77,28 +75,28 @@ final class RankTask<I, T> extends AbstractFunction1<Iterator<I>, Iterator<RankO
     }
 
     private JoinedRank join(BarrierTaskContext task, int rank) {
+        NativeLibrary.load();
         if (serviceAddress != null) {
-            NativeLibrary.load();
             return JoinedRank.throughService(RankSpec.throughService(rank, size, serviceAddress, executorHost(),
                     task.stageAttemptNumber(), options), secret);
         }
-        NativeListener listener = null;
-        String myEntry;
-        Throwable listenFailure = null;
-        try {
-            NativeLibrary.load();
-            listener = new NativeListener("0.0.0.0:0");
-            myEntry = executorHost() + ":" + listener.port();
-        } catch (Throwable e) {
-            listenFailure = e;
-            myEntry = FAILED_PREFIX + e;
+        String rankZeroHost = hostOf(task.getTaskInfos()[0].address());
+        if (rank != 0) {
+            return JoinedRank.throughService(RankSpec.throughService(rank, size,
+                    HorovodNative.rankZeroCandidates(rankZeroHost, secret), executorHost(), task.stageAttemptNumber(),
+                    options), secret);
         }
-        List<String> entries = Arrays.asList(task.allGather(myEntry));
-        if (listenFailure != null) {
-            throw new HorovodException("rank " + rank + " could not start its rendezvous listener: " + listenFailure,
-                    listenFailure);
+        // Rank 0 has its list once every rank registered, and closing leaves the replies under way
+        // alone: the service is done once this rank joined.
+        try (RendezvousService service = RendezvousService.forRankZero(secret, size)) {
+            return JoinedRank.throughService(RankSpec.throughService(rank, size, rankZeroHost + ":" + service.port(),
+                    executorHost(), task.stageAttemptNumber(), options), secret);
         }
-        return listener.join(RankSpec.withEntries(rank, entries, options), secret);
+    }
+
+    private static String hostOf(String address) {
+        int colon = address.lastIndexOf(':');
+        return colon < 0 ? address : address.substring(0, colon);
     }
 
     /** The partition as a Java iterator (Scala's own converters differ between Scala 2.12 and 2.13). */

@@ -41,7 +41,7 @@ public final class LaunchBenchmark {
             // and as a barrier stage that only exchanges addresses with allGather.
             Map<String, Runnable> jobs = new LinkedHashMap<>();
             jobs.put("horovod-rs", () -> launchOnce(spark, defaults));
-            jobs.put("horovod-rs-allgather-rendezvous", () -> launchOnce(spark, defaults.withDriverRendezvous(false)));
+            jobs.put("horovod-rs-rank-zero-rendezvous", () -> launchOnce(spark, defaults.withDriverRendezvous(false)));
             jobs.put("spark-job", () -> plainSparkJob(spark));
             jobs.put("spark-barrier", () -> barrier(spark, new EmptyPartition()));
             jobs.put("spark-barrier-allgather", () -> barrier(spark, new AllGatherPartition()));
