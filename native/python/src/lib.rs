@@ -8,9 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use horovod_core::launch::{
-    failure, join_json, settings, Placement, RankSpec, FAILED_ENTRY_PREFIX,
-};
+use horovod_core::launch::{failure, join_json, settings, Placement, RankSpec};
 use horovod_core::nccl::{DevicePtr, StreamHandle};
 use horovod_core::{
     DataType, Engine, Handle, Listener, Operation, Output, Payload, ReduceOp, RendezvousService,
@@ -593,7 +591,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(departure, m)?)?;
     m.add_function(wrap_pyfunction!(departed_failing, m)?)?;
     // Marks an exchanged entry that carries a rank's error instead of its address.
-    m.add("FAILED_ENTRY_PREFIX", FAILED_ENTRY_PREFIX)?;
     m.add_function(wrap_pyfunction!(forward_logs, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(next_log_record, m)?)?;

@@ -35,8 +35,8 @@ class RankSpec:
     environment (``from_env``) or built by an embedding that starts ranks itself (Spark tasks),
     which need not put the job's secret into a reused process's environment.
 
-    ``rendezvous``: the ``host:port`` of the driver's rendezvous service, or every rank's address
-    in rank order (exchanged already). ``fields``: rank-spec fields the job's settings set (the
+    ``rendezvous``: the ``host:port`` of the job's rendezvous service (or rank 0's candidates,
+    comma-separated), or every rank's address in rank order (exchanged already). ``fields``: rank-spec fields the job's settings set (the
     driver's ``spark.horovod.rs.*`` keys and Horovod's variables); the native side fills the rest
     (timeouts, the engine's knobs, encryption) from Horovod's variables in this process's
     environment, then from its defaults. ``connect_timeout`` (seconds) overrides both."""
@@ -53,10 +53,6 @@ class RankSpec:
             return None
         return cls(int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"]), env["HOROVOD_RS_RENDEZVOUS"],
                    bytes.fromhex(env["HOROVOD_RS_SECRET"]), host=env.get("HOROVOD_RS_HOST", "127.0.0.1"))
-
-    def with_entries(self, entries):
-        """This spec with every rank's address, exchanged by the caller."""
-        return RankSpec(self.rank, self.size, list(entries), self.secret, self.host, self.connect_timeout, self.fields)
 
     def to_json(self):
         """The spec the native join reads (native/core's ``launch::RankSpec``), without the secret."""
@@ -100,14 +96,13 @@ def _get_process_set_ids_and_ranks():
     return dict([(0, list(range(size())))] + [(set_id, p.ranks) for set_id, p in sorted(state().process_sets.items())])
 
 
-def join_task(spec, join=None):
+def join_task(spec):
     """Joins the job of the Spark task this process runs, as ``spec`` (a ``RankSpec``) says;
-    until ``leave_task``, ``init()`` means this job and no other. ``join()``, when given, returns
-    the joined native rank instead (a rank that exchanged its address itself)."""
+    until ``leave_task``, ``init()`` means this job and no other."""
     global _state, _task_job
     with _lock:
         _state, _task_job = None, spec
-        _state = _State(join() if join is not None else _native.Rank(spec.to_json(), spec.secret), spec)
+        _state = _State(_native.Rank(spec.to_json(), spec.secret), spec)
         logs.start()
 
 

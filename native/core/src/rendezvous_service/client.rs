@@ -23,7 +23,7 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(100);
 const MAX_CANDIDATE_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// Longest handshake with one of several candidate addresses: a stranger
-/// that listens there and stays silent costs this much once.
+/// that listens there and stays silent costs this much a round.
 const CANDIDATE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Registers `entry` as rank `rank`'s of stage attempt `attempt` with the
@@ -37,9 +37,9 @@ const CANDIDATE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `service_addr` may list candidates, comma-separated ("h:p1,h:p2"): the
 /// service listens at one of them, and the others may be anyone's (a rank
 /// that hosts the service takes the first port it can bind). Each round
-/// tries them in order; one that answers but is not the job's service (its
-/// handshake fails: another protocol, another secret, silence) is skipped
-/// from then on.
+/// tries them in order; one that answers but is not the job's service
+/// (another protocol, another secret) is skipped from then on, one silent
+/// for 2 s only in that round.
 ///
 /// # Errors
 /// * `InvalidArgument`: rank out of range, unparsable address, entry too
@@ -179,6 +179,10 @@ impl Client<'_> {
                             self.rank
                         );
                         *stranger = Some(e);
+                    }
+                    // Silence or a dropped connection may be the service under load: next round.
+                    Err(e) if self.candidates.len() > 1 && is_unanswered(&e) => {
+                        failure = Some(e.to_string());
                     }
                     Err(e) => return Err(e),
                 }
@@ -329,15 +333,19 @@ impl Client<'_> {
 }
 
 /// Whether a handshake's failure says the address is someone else's, not the
-/// job's service: another protocol or version, another secret, silence, or a
-/// connection closed at once.
+/// job's service: another protocol or version, or another secret.
 fn is_a_stranger(error: &Error) -> bool {
     matches!(
         error,
-        Error::AuthFailed { .. }
-            | Error::VersionMismatch { .. }
-            | Error::Timeout { .. }
-            | Error::ServiceLost { .. }
-            | Error::Io { .. }
+        Error::AuthFailed { .. } | Error::VersionMismatch { .. }
+    )
+}
+
+/// Whether a handshake got no answer (silence, a connection closed or reset):
+/// a stranger's, or the service's under load, so the candidate is tried again.
+fn is_unanswered(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Timeout { .. } | Error::ServiceLost { .. } | Error::Io { .. }
     )
 }

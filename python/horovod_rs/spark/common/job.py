@@ -448,20 +448,20 @@ class RankContext:
                         service = _native.Rendezvous.for_rank_zero(self.secret, self.size)
                         rendezvous = "%s:%d" % (hosts[0], service.port())
                 spec = basics.RankSpec(rank, self.size, rendezvous, self.secret, host=hosts[rank], fields=self.spec)
-                basics.join_task(spec)
-                if service is not None:
+                try:
+                    basics.join_task(spec)
+                finally:
                     # Rank 0 has its list once every rank registered, and closing leaves the replies
-                    # under way alone: the service is done, and a retried stage's rank 0 finds the
-                    # job's first port free again.
-                    service.close()
+                    # under way alone: the service is done (joined or not), and a retried stage's
+                    # rank 0 finds the job's first port free again.
+                    if service is not None:
+                        service.close()
                 yield rank
             except BaseException as e:
                 error = e
                 raise
             finally:
                 basics.leave_task(error)
-                if service is not None:
-                    service.close()
 
 
 def failure_payload(error):
