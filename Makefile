@@ -623,10 +623,11 @@ bench-ingest: tools jar-release
 # The same model and DataFrame fit every way, beside the floor (the same torch training without
 # Spark): horovod_rs's Keras, Torch and Lightning estimators on Arrow and through prepare_data +
 # Parquet, Spark's TorchDistributor, Keras's MultiWorkerMirroredStrategy and the native estimator,
-# on a Rossmann-shaped MLP and on Horovod's MNIST example; one CSV with each fit's phases (docs/estimators.md). spark-submit hands
+# then the Arrow fits again from a Spark Connect client, on a Rossmann-shaped MLP and on Horovod's
+# MNIST example; one CSV with each fit's phases (docs/estimators.md). spark-submit hands
 # the driver's stderr to stdout, TensorFlow's start-up lines with it: the CSV keeps the rows only.
 ESTIMATOR_ARGS ?=
-bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow \
+bench-estimator: tools jar-release $(VENV)/.pytest $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.connect \
                  $(VENV)/.estimator-extras
 	TF_CPP_MIN_LOG_LEVEL=3 $(SPARK_SUBMIT) $(SPARK_ARGS) --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=3 \
 	  examples/bench/bench_estimator.py $(ESTIMATOR_ARGS) 2>build/bench-estimator.log | \

@@ -17,6 +17,8 @@ its peer, Spark's TorchDistributor) offers, beside the floor; one CSV line per w
   the DataFrame is written to the store as Parquet first; the write is part of the time);
 - ``torchdistributor``: Spark's TorchDistributor running the same torch model with DDP over gloo,
   fed as its users usually do: the DataFrame written as Parquet, each process reading its files;
+- ``connect``: the ``arrow`` fits from a Spark Connect client (``SparkSession.builder.remote``) of
+  a Connect server on the same master, started by the benchmark after every classic way ran;
 - ``native``: horovod_rs's JVM HorovodEstimator with the native trainer (the MLP only);
 - ``multiworker``: Keras's own data parallelism, the peer of the Keras ways: the floor's Keras fit
   under TensorFlow's ``MultiWorkerMirroredStrategy`` (gradients averaged over gRPC), without
@@ -37,6 +39,7 @@ every run anyway.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -215,45 +218,61 @@ WAYS = [("floor", "torch", floor), ("floor", "lightning", floor), ("floor", "ker
         ("arrow", "lightning", arrow),
         ("arrow", "keras", arrow), ("parquet", "torch", parquet), ("parquet", "keras", parquet),
         ("torchdistributor", "torch", torchdistributor), ("multiworker", "keras", multiworker),
-        ("native", "native", native)]
+        ("native", "native", native), ("connect", "torch", arrow), ("connect", "lightning", arrow),
+        ("connect", "keras", arrow)]
 CASE_WAYS = {"mlp": WAYS,
-             "mnist": [way for way in WAYS if way[0] in ("floor", "arrow", "torchdistributor", "multiworker")]}
+             "mnist": [way for way in WAYS
+                       if way[0] in ("floor", "arrow", "torchdistributor", "multiworker", "connect")]}
+# The ways that run from a Spark Connect client; every other way runs in the classic session.
+CONNECT_WAYS = ("connect",)
 
 
-def run_case(spark, args, store, wanted):
+def ways_of(case, wanted, remote):
+    """``case``'s ways to run in a Connect (``remote``) or a classic session, in order."""
+    return [(impl, framework, way) for impl, framework, way in CASE_WAYS[case]
+            if (impl in CONNECT_WAYS) == remote and (not wanted or "%s:%s" % (impl, framework) in wanted or
+                                                     "%s:%s:%s" % (case, impl, framework) in wanted)]
+
+
+def run_case(spark, args, store, ways, floor_seconds):
+    """Fits ``ways`` on the case's DataFrame in ``spark``, a line each; ``floor_seconds`` (per
+    framework; the native trainer's is torch's, Lightning's too when it has none) gets the floors
+    that run here and gives the ratios."""
+    if not ways:
+        return
     df = (mlp_data if args.case == "mlp" else mnist_data)(spark, args.rows, args.partitions or args.procs * 4).cache()
     df.count()
     small = df.limit(2000).repartition(args.procs).cache()
     small.count()
     warmup = argparse.Namespace(**dict(vars(args), epochs=1))
-    floor_seconds = {}  # per framework; the native trainer's is torch's, Lightning's too when it has none
-    for impl, framework, way in CASE_WAYS[args.case]:
-        if wanted and "%s:%s" % (impl, framework) not in wanted and "%s:%s:%s" % (args.case, impl, framework) \
-                not in wanted:
-            continue
+    for impl, framework, way in ways:
         try:
             if way not in (floor, multiworker):  # their processes start afresh every time
                 way(warmup, spark, small, framework, store)
         except Exception:
             pass  # the timed run reports it
-        started = time.time()
-        try:
-            result = way(args, spark, df, framework, store)
-        except Exception as e:  # one way failing (e.g. a framework not installed) does not hide the others
-            print("%s,%s,%s: failed: %s" % (args.case, impl, framework, e), file=sys.stderr)
-            continue
-        seconds = time.time() - started
-        if way in (floor, multiworker):
-            phases = result
-            seconds = result["train"] + result["validation"]
-            if way is floor:
-                floor_seconds[framework] = seconds
-        else:
-            phases = result.getTimings() if hasattr(result, "getTimings") else {}
+        lines = []
+        for _ in range(args.repeats):
+            started = time.time()
+            try:
+                result = way(args, spark, df, framework, store)
+            except Exception as e:  # one way failing (e.g. a framework not installed) does not hide the others
+                print("%s,%s,%s: failed: %s" % (args.case, impl, framework, e), file=sys.stderr)
+                continue
+            seconds = time.time() - started
+            if way in (floor, multiworker):
+                phases = result
+                seconds = result["train"] + result["validation"]
+            else:
+                phases = result.getTimings() if hasattr(result, "getTimings") else {}
+            lines.append((seconds, phases))
+        if way is floor and lines:
+            floor_seconds[framework] = statistics.median(seconds for seconds, _ in lines)
         floor_of_way = floor_seconds.get(framework, floor_seconds.get("torch") if framework != "keras" else None)
-        ratio = "%.2f" % (seconds / floor_of_way) if floor_of_way else ""
-        print(",".join([args.case, impl, framework, str(args.procs), str(args.rows), "%.2f" % seconds, ratio] +
-                       ["%.2f" % phases[p] if p in phases else "" for p in PHASES]), flush=True)
+        for seconds, phases in lines:
+            ratio = "%.2f" % (seconds / floor_of_way) if floor_of_way else ""
+            print(",".join([args.case, impl, framework, str(args.procs), str(args.rows), "%.2f" % seconds, ratio] +
+                           ["%.2f" % phases[p] if p in phases else "" for p in PHASES]), flush=True)
     df.unpersist()
     small.unpersist()
 
@@ -267,6 +286,8 @@ def main():
     parser.add_argument("--partitions", type=int,
                         help="the cached DataFrame's partitions (default 4 per process; as many as processes "
                              "spares the fit its repartition's shuffle)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed fits of each way, a line each (a floor's ratio is over its median)")
     parser.add_argument("--only", help="comma-separated [case:]impl:framework to run (default: all)")
     parser.add_argument("--hidden", type=int, default=256,
                         help="units of the MLP's hidden layers; a small model makes the data path the cost")
@@ -284,14 +305,39 @@ def main():
 
     spark = SparkSession.builder.appName("horovod-rs estimator benchmark").getOrCreate()
     spark.sparkContext.addPyFile(bench_models.__file__)  # the models, for every way's executors
+    master, conf = spark.sparkContext.master, connect_conf(spark.sparkContext.getConf())
     store = Store.create(tempfile.mkdtemp(prefix="bench-store-"))
     wanted = set(args.only.split(",")) if args.only else None
+    cases = {case: case_settings(args, case) for case in args.cases.split(",")}
+    floors = {case: {} for case in cases}
     print(",".join(["case", "impl", "framework", "procs", "rows", "fit_seconds", "x_floor"] + PHASES))
-    for case in args.cases.split(","):
-        settings = dict(vars(args), case=case)
-        settings.update({k: v for k, v in CASES[case].items() if settings.get(k) is None})
-        run_case(spark, argparse.Namespace(**settings), store, wanted)
+    for case, settings in cases.items():
+        run_case(spark, settings, store, ways_of(case, wanted, remote=False), floors[case])
     spark.stop()
+    if any(ways_of(case, wanted, remote=True) for case in cases):
+        sys.path.insert(0, os.path.join(HERE, os.pardir, os.pardir, "integration-tests", "python"))
+        from connect_server import ConnectServer
+
+        os.environ.pop("MASTER", None)  # spark-submit's, which a Connect client refuses beside its URL
+        with ConnectServer(master, conf, tempfile.mkdtemp(prefix="bench-connect-")) as server:
+            spark = SparkSession.builder.remote(server.url).getOrCreate()
+            spark.addArtifacts(bench_models.__file__, pyfile=True)
+            for case, settings in cases.items():
+                run_case(spark, settings, store, ways_of(case, wanted, remote=True), floors[case])
+            spark.stop()
+
+
+def case_settings(args, case):
+    settings = dict(vars(args), case=case)
+    settings.update({k: v for k, v in CASES[case].items() if settings.get(k) is None})
+    return argparse.Namespace(**settings)
+
+
+def connect_conf(conf):
+    """The classic session's settings a Connect server on the same master starts with (the
+    executors' environment, the plugin and its jar), so both sessions' executors run alike."""
+    kept = ("spark.executorEnv.", "spark.plugins", "spark.jars", "spark.ui.enabled", "spark.driver.extraJavaOptions")
+    return {key: value for key, value in conf.getAll() if key.startswith(kept)}
 
 
 if __name__ == "__main__":
