@@ -67,7 +67,7 @@ def collect(target):
                          capture_output=True, text=True, cwd=os.path.dirname(target))
     tests = [line.strip() for line in out.stdout.splitlines() if "::" in line]
     if not tests:
-        sys.exit("no tests collected from %s (Horovod's test dependencies: pip install mock parameterized):\n%s"
+        sys.exit("no tests collected from %s (Horovod's test dependencies: pip install mock parameterized psutil):\n%s"
                  % (target, (out.stdout + out.stderr)[-2000:]))
     return tests
 

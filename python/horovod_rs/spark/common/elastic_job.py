@@ -409,7 +409,9 @@ class Coordinator:
     def _too_few(self, waiting, first, timeout):
         seen = ", ".join(repr(w) for w in waiting) or "none"
         if first:
-            return ElasticJobError(
+            from horovod_rs.spark.common.job import NOT_STARTED
+
+            return ElasticJobError(NOT_STARTED +
                 "only %d of min_num_proc=%d tasks started within start_timeout (%g s); tasks seen: %s. Add "
                 "executors or cores, lower min_num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT"
                 % (len(waiting), self.min_np, timeout, seen))

@@ -42,6 +42,8 @@ REGROW_POLL_S = 2.0
 # that are only starting would usually be up).
 WAITING_NOTE_S = 30.0
 FIRST_WAITING_NOTE_S = 5.0
+# How every error of a job whose ranks could not all start begins: Horovod's words, which scripts match.
+NOT_STARTED = "Timed out waiting for Spark tasks to start: "
 # The columns of a rank's outcome row.
 OUTCOME_SCHEMA = "rank int, ok boolean, payload binary, output string"
 
@@ -119,9 +121,9 @@ def await_slots(spark, num_proc, start_timeout):
     starting, dynamic allocation), saying what for after 5 s and every 30 s."""
     configured = session.configured_slots(spark)
     if configured is not None and configured < num_proc and not session.cluster_can_grow(spark):
-        raise TimeoutError("the cluster has %d task slots for %d processes, and it cannot grow (master %s): lower "
-                           "num_proc or start a larger cluster" % (configured, num_proc,
-                                                                   session.conf(spark, "spark.master")))
+        raise TimeoutError(NOT_STARTED + "the cluster has %d task slots for %d processes, and it cannot grow "
+                           "(master %s): lower num_proc or start a larger cluster"
+                           % (configured, num_proc, session.conf(spark, "spark.master")))
     available = session.task_slots(spark)
     if available is None:
         return
@@ -129,9 +131,9 @@ def await_slots(spark, num_proc, start_timeout):
     said = started - WAITING_NOTE_S + FIRST_WAITING_NOTE_S
     while available < num_proc:
         if time.time() - started > start_timeout:
-            raise TimeoutError("the cluster has %d task slots for %d processes after waiting %.0f s (add executors "
-                               "or cores, lower num_proc, or raise start_timeout / HOROVOD_SPARK_START_TIMEOUT)"
-                               % (available, num_proc, start_timeout))
+            raise TimeoutError(NOT_STARTED + "the cluster has %d task slots for %d processes after waiting %.0f s "
+                               "(add executors or cores, lower num_proc, or raise start_timeout / "
+                               "HOROVOD_SPARK_START_TIMEOUT)" % (available, num_proc, start_timeout))
         if time.time() - said >= WAITING_NOTE_S:
             print("horovod_rs: waiting for %d task slots; the cluster has %d (executors starting or dynamic "
                   "allocation); giving up after %.0f s" % (num_proc, available, start_timeout), flush=True)
@@ -261,10 +263,10 @@ class BarrierJob:
             if ctrl_c.pressed:
                 raise KeyboardInterrupt() from None  # whatever the blocked call made of it
             if start.timed_out:
-                raise TimeoutError("only %d of %d ranks started within %.0f s: other jobs hold the cluster's task "
-                                   "slots (free them, lower num_proc, or raise start_timeout / "
-                                   "spark.horovod.rs.startTimeout)" % (start.most, self.num_proc,
-                                                                      self._start_timeout)) from None
+                raise TimeoutError(NOT_STARTED + "only %d of %d ranks started within %.0f s: other jobs hold the "
+                                   "cluster's task slots (free them, lower num_proc, or raise start_timeout / "
+                                   "spark.horovod.rs.startTimeout)"
+                                   % (start.most, self.num_proc, self._start_timeout)) from None
             if not isinstance(e, Exception):
                 raise  # Ctrl-C: the job is cancelled, nothing to report
             lost = _native.rank_lost(str(e))

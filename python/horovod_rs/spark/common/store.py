@@ -374,10 +374,19 @@ class HDFSStore(FilesystemStore):
     @property
     def fs(self):
         if self._fs is None:
+            self._fs = self._get_filesystem_fn()()
+        return self._fs
+
+    def _get_filesystem_fn(self):
+        """A function that connects to this store's HDFS (Horovod's name, which tests patch)."""
+        options = {k: v for k, v in self._hdfs_kwargs.items() if v is not None}
+
+        def connect():
             from fsspec.implementations.arrow import HadoopFileSystem
 
-            self._fs = HadoopFileSystem(**{k: v for k, v in self._hdfs_kwargs.items() if v is not None})
-        return self._fs
+            return HadoopFileSystem(**options)
+
+        return connect
 
     def get_full_path(self, path):
         return path if self.matches(path) else self._url_prefix + path

@@ -68,22 +68,40 @@ def has_prepared_data(store, dataset_idx):
 
 
 def _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process, verbose):
-    from pyspark.sql import functions as F
-
     partitions = max(1, num_processes * partitions_per_process)
-    if validation_col:
-        mask = F.col("`%s`" % validation_col).cast("boolean")
-        train, val = frame.filter(~mask), frame.filter(mask)
-    elif validation:
-        train, val = frame.randomSplit([1 - float(validation), float(validation)], seed=0)
-    else:
-        train, val = frame, None
+    train, val = _split(frame, validation)
     train_path, val_path = store.get_train_data_path(index), store.get_val_data_path(index)
     if verbose:
         print("horovod_rs: writing training data to %s" % train_path)
     train.select(*columns).repartition(partitions).write.mode("overwrite").parquet(train_path)
     if val is not None:
         val.select(*columns).repartition(max(1, partitions // 10)).write.mode("overwrite").parquet(val_path)
+
+
+def _split(df, validation):
+    """``(training rows, validation rows or None)`` of ``df``: ``validation`` a column (its true or
+    non-zero rows validate) or a fraction of the rows (a seeded random split)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(validation, str):
+        mask = F.col("`%s`" % validation).cast("boolean")
+        return df.filter(~mask), df.filter(mask)
+    if validation:
+        if not isinstance(validation, (int, float)) or not 0 < validation < 1:
+            raise ValueError("validation must be a column name or a fraction between 0 and 1, not %r" % (validation,))
+        return tuple(df.randomSplit([1 - float(validation), float(validation)], seed=0))
+    return df, None
+
+
+def _train_val_split(df, validation):
+    """Horovod's split of ``df``: ``(training rows, validation rows or None, the validation
+    fraction)``; with a column, that column is dropped from both and the fraction counted."""
+    train, val = _split(df, validation)
+    if not isinstance(validation, str):
+        return train, val, float(validation) if val is not None else 0.0
+    train, val = train.drop(validation), val.drop(validation)
+    train_rows, val_rows = train.count(), val.count()
+    return train, val, val_rows / (train_rows + val_rows) if train_rows + val_rows else 0.0
 
 
 def clear_training_cache():
@@ -158,19 +176,19 @@ def _get_spark_df_saved_file_list(saved_path):
     return list(SparkSession.builder.getOrCreate().read.parquet(saved_path).inputFiles())
 
 
-def _get_metadata(df):
-    """Horovod's metadata of ``df``'s columns: ``{column: {'spark_data_type', 'is_sparse_vector_only',
-    'shape', 'intermediate_format', 'max_size'}}``, read from every row (one Spark job over the
-    DataFrame, as Horovod's). ``fit`` does not need it (it plans columns from the schema); a
-    ``HorovodModel`` built with it types its predictions as ``fit``'s do. Raises ``ValueError`` for
-    a column whose rows differ in shape, or in size unless it holds sparse vectors."""
+def _get_col_info(df):
+    """Horovod's facts of ``df``'s columns, read from every row (one Spark job over the DataFrame):
+    ``(types, shapes, max_sizes)``, each ``{column: ...}``: the Python types of its values (``None``'s
+    too), its values' one length (1 for scalars), and the most elements a value holds (a sparse
+    vector's stored ones). Raises ``ValueError`` for a column whose rows differ in length, or in
+    size unless it holds sparse vectors."""
     from pyspark.ml.linalg import DenseVector, SparseVector
 
-    from horovod_rs.spark.common import constants, session
+    from horovod_rs.spark.common import session
 
     if session.is_connect(df.sparkSession):
-        raise ValueError("_get_metadata reads every row through the RDD API, which a Spark Connect session has "
-                         "not; fit and transform do not need it (they plan the columns from the schema)")
+        raise ValueError("_get_metadata and _get_col_info read every row through the RDD API, which a Spark Connect "
+                         "session has not; fit and transform do not need them (they plan the columns from the schema)")
 
     def row_meta(row):
         for name, value in row.asDict().items():
@@ -189,24 +207,133 @@ def _get_metadata(df):
         return x[0] | y[0], {min(shapes), max(shapes)}, {min(sizes), max(sizes)}
 
     seen = dict(df.rdd.flatMap(row_meta).reduceByKey(merge).collect())
+    if not seen:
+        raise ValueError("the DataFrame has no rows to read its columns' shapes from")
+    types, shapes, max_sizes = {}, {}, {}
+    for name in df.columns:
+        types[name], column_shapes, sizes = seen[name]
+        if len(column_shapes) != 1:
+            raise ValueError("Column {col} does not have uniform shape. shape set: {shapes}"
+                             .format(col=name, shapes=column_shapes))
+        if len(sizes) > 1 and SparseVector not in types[name]:
+            raise ValueError("Rows of column {col} have varying sizes. This is only allowed if datatype is "
+                             "SparseVector or a mix of Sparse and DenseVector.".format(col=name))
+        shapes[name], max_sizes[name] = column_shapes.pop(), max(sizes)
+    return types, shapes, max_sizes
+
+
+def _get_metadata(df):
+    """Horovod's metadata of ``df``'s columns: ``{column: {'spark_data_type', 'is_sparse_vector_only',
+    'shape', 'intermediate_format', 'max_size'}}``, from ``_get_col_info``. ``fit`` does not need
+    it (it plans columns from the schema); a ``HorovodModel`` built with it types its predictions
+    as ``fit``'s do."""
+    from pyspark.ml.linalg import DenseVector, SparseVector
+
+    from horovod_rs.spark.common import constants
+
+    types, shapes, max_sizes = _get_col_info(df)
     metadata = {}
     for field in df.schema.fields:
-        types, shapes, sizes = seen[field.name]
-        if len(shapes) != 1:
-            raise ValueError("Column {col} does not have uniform shape. shape set: {shapes}"
-                             .format(col=field.name, shapes=shapes))
-        if len(sizes) > 1 and SparseVector not in types:
-            raise ValueError("Rows of column {col} have varying sizes. This is only allowed if datatype is "
-                             "SparseVector or a mix of Sparse and DenseVector.".format(col=field.name))
-        if DenseVector in types:
+        if DenseVector in types[field.name]:
             data_type, sparse_only, target = DenseVector, False, constants.ARRAY
-        elif SparseVector in types:
+        elif SparseVector in types[field.name]:
             data_type, sparse_only, target = SparseVector, True, constants.CUSTOM_SPARSE
         else:
             data_type, sparse_only, target = type(field.dataType), False, constants.NOCHANGE
         metadata[field.name] = {"spark_data_type": data_type, "is_sparse_vector_only": sparse_only,
-                                "shape": shapes.pop(), "intermediate_format": target, "max_size": max(sizes)}
+                                "shape": shapes[field.name], "intermediate_format": target,
+                                "max_size": max_sizes[field.name]}
     return metadata
+
+
+def check_shape_compatibility(metadata, feature_columns, label_columns, input_shapes=None, output_shapes=None,
+                              label_shapes=None):
+    """Raises ``ValueError`` unless every feature column holds as many values as its model input's
+    shape (``input_shapes``, one per feature column; a ``-1`` dimension counts as one) and every
+    label column as many as its label shape (``label_shapes``, else the model's
+    ``output_shapes``). ``metadata`` is ``_get_metadata``'s; a column whose shape it does not know
+    (``None``) is not checked."""
+    import numpy as np
+
+    def elements(shape):
+        return abs(int(np.prod(shape)))
+
+    def check(columns, shapes, what):
+        if len(columns) != len(shapes):
+            raise ValueError("%d %s columns %s, but %d %s shapes %s: give one shape per column"
+                             % (len(columns), "feature" if what == "model input" else "label", list(columns),
+                                len(shapes), what, list(shapes)))
+        for index, (column, shape) in enumerate(zip(columns, shapes)):
+            size = metadata[column]["shape"]
+            if size is not None and size != elements(shape):
+                raise ValueError("column '%s' holds %d values a row, but the %s shape at index %d, %s, holds %d"
+                                 % (column, size, what, index, list(shape), elements(shape)))
+
+    if input_shapes is not None:
+        check(feature_columns, input_shapes, "model input")
+    if label_shapes is not None and output_shapes is not None and len(label_columns) != len(output_shapes):
+        raise ValueError("%d label columns %s, but %d model output shapes %s: give one per label column"
+                         % (len(label_columns), list(label_columns), len(output_shapes), list(output_shapes)))
+    if label_shapes is not None:
+        check(label_columns, label_shapes, "label")
+    elif output_shapes is not None:
+        check(label_columns, output_shapes, "model output")
+
+
+def get_output_cols(input_df_schema, output_cols):
+    """The columns of a Model's predictions: every input column, then ``output_cols``."""
+    return [field.name for field in input_df_schema.fields] + list(output_cols)
+
+
+def get_spark_df_output_schema(input_df_schema, label_cols, output_cols, metadata):
+    """The schema of a Model's predictions: the input's fields, then one nullable field per output
+    column, of its label column's type (``metadata`` from ``_get_metadata``; vectors stay vectors)."""
+    from pyspark.ml.linalg import DenseVector, SparseVector, VectorUDT
+    from pyspark.sql.types import StructField, StructType
+
+    if len(label_cols) != len(output_cols):
+        raise ValueError("%d output columns %s for %d label columns %s: give one output column per label column"
+                         % (len(output_cols), list(output_cols), len(label_cols), list(label_cols)))
+    taken = [col for col in output_cols if col in input_df_schema.names]
+    if taken:
+        raise ValueError("output columns %s are columns of the DataFrame already (%s)" % (taken, input_df_schema.names))
+    fields = list(input_df_schema.fields)
+    for label, output in zip(label_cols, output_cols):
+        data_type = metadata[label]["spark_data_type"]
+        data_type = VectorUDT if data_type in (DenseVector, SparseVector) else data_type
+        fields.append(StructField(output, data_type(), True))
+    return StructType(fields)
+
+
+def to_list(var, length):
+    """Horovod's per-column list: ``None`` stays ``None``, one value (or a list of one) is repeated
+    ``length`` times, a list of ``length`` values is kept; other lengths raise ``ValueError``."""
+    if var is None:
+        return None
+    values = var if isinstance(var, list) else [var]
+    if len(values) == 1:
+        return values * length
+    if len(values) != length:
+        raise ValueError("List %s must be length %d (found: %d)" % (values, length, len(values)))
+    return values
+
+
+def host_hash(salt=None):
+    """This host's id: the host name and a hash of it with this process's network namespace, YARN's
+    container (``CONTAINER_ID``: a container shares no memory with its host's others, so it counts
+    as a host of its own) and ``salt`` (when true). Processes with the same id share a host."""
+    import hashlib
+    import socket
+
+    parts = [socket.gethostname()]
+    try:
+        parts.append(os.readlink("/proc/self/ns/net"))
+    except OSError:
+        pass
+    parts += [str(salt)] if salt else []
+    if os.environ.get("CONTAINER_ID") is not None:
+        parts.append(os.environ["CONTAINER_ID"])
+    return "%s-%s" % (socket.gethostname(), hashlib.md5("\0".join(parts).encode()).hexdigest())
 
 
 def _has_vector_column(df):

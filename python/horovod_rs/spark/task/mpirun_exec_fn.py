@@ -1,0 +1,5 @@
+"""Horovod's ``horovod.spark.task.mpirun_exec_fn``, by name only (see ``horovod_rs.spark.driver``)."""
+
+from horovod_rs.spark.driver import launcher_function
+
+main = launcher_function("mpirun_exec_fn.main")
