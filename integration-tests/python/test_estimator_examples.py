@@ -13,7 +13,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pa
 EXAMPLES = os.path.join(ROOT, "examples", "spark")
 MASTER = "local-cluster[2,1,1024]"
 HOROVOD_EXAMPLES = ["examples/spark/pytorch/pytorch_spark_mnist.py",
-                    "examples/spark/pytorch/pytorch_lightning_spark_mnist.py"]
+                    "examples/spark/pytorch/pytorch_lightning_spark_mnist.py",
+                    "examples/spark/pytorch/pytorch_lightning_spark_mnist_legacy.py"]
 # `import horovod.spark.torch as hvd`, `from horovod.spark.common.store import Store`
 IMPORT_LINE = re.compile(r"^(\s*(?:import|from)\s+)horovod(?=[.\s,]|$)", re.MULTILINE)
 

@@ -44,8 +44,7 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
         if index is None:
             index = _next_index[0]
             _next_index[0] += 1
-            _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process,
-                   verbose)
+            _write(frame, store, index, columns, validation, num_processes, partitions_per_process, verbose)
             _cache[key] = index
         _open_blocks.append((store.prefix_path, index))
     try:
@@ -67,7 +66,7 @@ def has_prepared_data(store, dataset_idx):
     return store.fs.exists(path) and any(f.endswith(".parquet") for f in store.fs.find(path))
 
 
-def _write(frame, store, index, columns, validation, validation_col, num_processes, partitions_per_process, verbose):
+def _write(frame, store, index, columns, validation, num_processes, partitions_per_process, verbose):
     partitions = max(1, num_processes * partitions_per_process)
     train, val = _split(frame, validation)
     train_path, val_path = store.get_train_data_path(index), store.get_val_data_path(index)

@@ -26,7 +26,7 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
     (and the time, with ``prefix_output_with_timestamp``) when ``index`` is given. Returns its exit
     code, 128 + the signal's number when a signal ended it."""
     process = subprocess.Popen(command, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True, preexec_fn=_stop_with_parent)
+                               start_new_session=True, preexec_fn=_stop_with_parent())
     forwarders = [threading.Thread(target=_forward, args=(pipe, stream, tag, index, prefix_output_with_timestamp),
                                    daemon=True)
                   for pipe, stream, tag in ((process.stdout, stdout or sys.stdout, "stdout"),
@@ -74,9 +74,13 @@ def _signal_group(process, sig):
 
 
 def _stop_with_parent():
-    """In the command's shell before it starts: the kernel sends it SIGTERM when this process dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """What the command's shell runs before it starts, on Linux: the kernel sends it SIGTERM when
+    this process dies. (The C function is looked up here: a forked child of a threaded process
+    should not load anything.)"""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _forward(pipe, stream, tag, index, with_timestamp):
