@@ -121,7 +121,10 @@ def _fit(run, hvd, pl, device):
             "profiler": s.profiler,
             "use_distributed_sampler": False,
         }
-        kwargs.update(s.trainer_args or {})
+        trainer_args = dict(s.trainer_args or {})
+        if trainer_args.pop("stochastic_weight_avg", False):  # Lightning 1's, which Lightning 2 removed
+            callbacks.append(_lightning_one_swa(pl))
+        kwargs.update(trainer_args)
         if verbose:
             print("horovod_rs: %s %s Trainer(%s)" % (s.package, pl.__version__,
                                                      ", ".join("%s=%r" % kv for kv in sorted(kwargs.items())
@@ -244,6 +247,23 @@ def _terminate_on_nan(pl):
                                  % (loss.item() if loss.numel() == 1 else loss, trainer.current_epoch, batch_idx))
 
     return TerminateOnNan()
+
+
+def _lightning_one_swa(pl):
+    """What Lightning 1's ``Trainer(stochastic_weight_avg=True)`` added (Horovod's scripts pass it
+    in ``trainer_args``): Stochastic Weight Averaging with its defaults, the SWA learning rates
+    being the optimizer's when SWA starts (Lightning 2's callback needs them given)."""
+
+    class StochasticWeightAveraging(pl.callbacks.StochasticWeightAveraging):
+        def __init__(self):
+            super().__init__(swa_lrs=1.0)  # replaced as SWA starts
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            if not self._initialized and self.swa_start <= trainer.current_epoch <= self.swa_end:
+                self._swa_lrs = [group["lr"] for group in trainer.optimizers[0].param_groups]
+            super().on_train_epoch_start(trainer, pl_module)
+
+    return StochasticWeightAveraging()
 
 
 def _logger(pl, s, logs_dir, verbose):
