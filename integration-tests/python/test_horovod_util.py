@@ -45,7 +45,7 @@ def test_rows_split_by_a_fraction_or_by_a_column(spark):
         assert {row.x % 5 for row in val.collect()} == {0.0}
     train, val, ratio = util._train_val_split(df, None)
     assert (train, val, ratio) == (df, None, 0.0)
-    with pytest.raises(ValueError, match="a column name or a fraction between 0 and 1"):
+    with pytest.raises(ValueError, match=r"a column name or a fraction in \[0, 1\)"):
         util._train_val_split(df, 1.5)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLWritable
 
-from horovod_rs.spark.common import serialization
+from horovod_rs.spark.common import serialization, util
 from horovod_rs.spark.common.backend import SparkBackend
 from horovod_rs.spark.common.columns import (info_of_metadata, numpy_float, plan_columns, sending_vectors,
                                               spark_output_type, to_numpy, vector_arrow_type, vectors_to_arrow)
@@ -119,10 +119,7 @@ class HorovodEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
             raise ValueError("feature_cols is required: the columns that feed the model's inputs, in order")
         if not self.getLabelCols():
             raise ValueError("label_cols is required: the columns the model's outputs learn, in order")
-        validation = self.getValidation()
-        if validation is not None and not isinstance(validation, str):
-            if not isinstance(validation, (int, float)) or not 0 <= float(validation) < 1:
-                raise ValueError("validation must be a column name or a fraction in [0, 1), not %r" % (validation,))
+        util.check_validation(self.getValidation())
         weights = self.getLossWeights()
         if weights is not None and len(weights) != len(self.getLabelCols()):
             raise ValueError("loss_weights has %d values for %d label columns" % (len(weights),

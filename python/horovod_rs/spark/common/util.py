@@ -82,14 +82,24 @@ def _split(df, validation):
     non-zero rows validate) or a fraction of the rows (a seeded random split)."""
     from pyspark.sql import functions as F
 
+    check_validation(validation)
     if isinstance(validation, str):
         mask = F.col("`%s`" % validation).cast("boolean")
         return df.filter(~mask), df.filter(mask)
     if validation:
-        if not isinstance(validation, (int, float)) or not 0 < validation < 1:
-            raise ValueError("validation must be a column name or a fraction between 0 and 1, not %r" % (validation,))
         return tuple(df.randomSplit([1 - float(validation), float(validation)], seed=0))
     return df, None
+
+
+def check_validation(validation, df=None):
+    """Raises ``ValueError`` unless ``validation`` is None, a fraction in [0, 1) or a column name (of
+    ``df``, when given)."""
+    if isinstance(validation, str):
+        if df is not None and validation not in df.columns:
+            raise ValueError("validation column '%s' is not in the DataFrame; its columns are %s"
+                             % (validation, ", ".join(df.columns)))
+    elif validation is not None and (not isinstance(validation, (int, float)) or not 0 <= float(validation) < 1):
+        raise ValueError("validation must be a column name or a fraction in [0, 1), not %r" % (validation,))
 
 
 def _train_val_split(df, validation):
