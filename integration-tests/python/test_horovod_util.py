@@ -47,6 +47,8 @@ def test_rows_split_by_a_fraction_or_by_a_column(spark):
     assert (train, val, ratio) == (df, None, 0.0)
     with pytest.raises(ValueError, match=r"a column name or a fraction in \[0, 1\)"):
         util._train_val_split(df, 1.5)
+    with pytest.raises(ValueError, match="validation column 'isVal' is not in the DataFrame"):
+        util._train_val_split(df, "isVal")
 
 
 def test_a_models_output_columns_and_schema_follow_its_labels():

@@ -82,7 +82,7 @@ def _split(df, validation):
     non-zero rows validate) or a fraction of the rows (a seeded random split)."""
     from pyspark.sql import functions as F
 
-    check_validation(validation)
+    check_validation(validation, df)
     if isinstance(validation, str):
         mask = F.col("`%s`" % validation).cast("boolean")
         return df.filter(~mask), df.filter(mask)
@@ -105,12 +105,14 @@ def check_validation(validation, df=None):
 def _train_val_split(df, validation):
     """Horovod's split of ``df``: ``(training rows, validation rows or None, the validation
     fraction)``; with a column, that column is dropped from both and the fraction counted."""
+    from pyspark.sql import functions as F
+
     train, val = _split(df, validation)
     if not isinstance(validation, str):
         return train, val, float(validation) if val is not None else 0.0
-    train, val = train.drop(validation), val.drop(validation)
-    train_rows, val_rows = train.count(), val.count()
-    return train, val, val_rows / (train_rows + val_rows) if train_rows + val_rows else 0.0
+    # Both sides counted in one job over the rows.
+    rows, val_rows = df.agg(F.count(F.lit(1)), F.count(F.when(F.col("`%s`" % validation).cast("boolean"), 1))).first()
+    return train.drop(validation), val.drop(validation), val_rows / rows if rows else 0.0
 
 
 def clear_training_cache():
@@ -267,11 +269,10 @@ def check_shape_compatibility(metadata, feature_columns, label_columns, input_sh
     def elements(shape):
         return abs(int(np.prod(shape)))
 
-    def check(columns, shapes, what):
+    def check(columns, kind, shapes, what):
         if len(columns) != len(shapes):
             raise ValueError("%d %s columns %s, but %d %s shapes %s: give one shape per column"
-                             % (len(columns), "feature" if what == "model input" else "label", list(columns),
-                                len(shapes), what, list(shapes)))
+                             % (len(columns), kind, list(columns), len(shapes), what, list(shapes)))
         for index, (column, shape) in enumerate(zip(columns, shapes)):
             size = metadata[column]["shape"]
             if size is not None and size != elements(shape):
@@ -279,14 +280,14 @@ def check_shape_compatibility(metadata, feature_columns, label_columns, input_sh
                                  % (column, size, what, index, list(shape), elements(shape)))
 
     if input_shapes is not None:
-        check(feature_columns, input_shapes, "model input")
+        check(feature_columns, "feature", input_shapes, "model input")
     if label_shapes is not None and output_shapes is not None and len(label_columns) != len(output_shapes):
         raise ValueError("%d label columns %s, but %d model output shapes %s: give one per label column"
                          % (len(label_columns), list(label_columns), len(output_shapes), list(output_shapes)))
     if label_shapes is not None:
-        check(label_columns, label_shapes, "label")
+        check(label_columns, "label", label_shapes, "label")
     elif output_shapes is not None:
-        check(label_columns, output_shapes, "model output")
+        check(label_columns, "label", output_shapes, "model output")
 
 
 def get_output_cols(input_df_schema, output_cols):

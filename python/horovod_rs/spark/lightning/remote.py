@@ -122,9 +122,10 @@ def _fit(run, hvd, pl, device):
             "use_distributed_sampler": False,
         }
         trainer_args = dict(s.trainer_args or {})
-        if trainer_args.pop("stochastic_weight_avg", False):  # Lightning 1's, which Lightning 2 removed
-            callbacks.append(_lightning_one_swa(pl))
+        swa = trainer_args.pop("stochastic_weight_avg", False)  # Lightning 1's, which Lightning 2 removed
         kwargs.update(trainer_args)
+        if swa:  # (also beside callbacks the trainer_args give)
+            kwargs["callbacks"] = list(kwargs["callbacks"]) + [_lightning_one_swa(pl)]
         if verbose:
             print("horovod_rs: %s %s Trainer(%s)" % (s.package, pl.__version__,
                                                      ", ".join("%s=%r" % kv for kv in sorted(kwargs.items())
