@@ -56,6 +56,20 @@ def test_distributed_fit_matches_one_process_on_the_full_batch():
     assert np.allclose(losses, losses[0]), "MetricAverageCallback leaves every rank the same loss"
 
 
+def test_a_model_without_input_shape_is_broadcast_after_its_first_batch():
+    # Horovod's data service example: a Sequential without an Input has no weights before its
+    # first batch (tf_keras raises when they are read), so the callback broadcasts them then.
+    x, y = data()
+    tf.keras.utils.set_random_seed(300 + R)
+    net = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="tanh"), tf.keras.layers.Dense(1)])
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1)), loss="mse")
+    net.fit(x[16 * R:16 * (R + 1)], y[16 * R:16 * (R + 1)], batch_size=8, epochs=2, verbose=0,
+            callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    weights = np.concatenate([w.reshape(-1) for w in net.get_weights()])
+    everyone = arrays.allgather(weights[None, :], name="k.unbuilt.weights")
+    assert all(np.array_equal(everyone[r], everyone[0]) for r in range(N)), "ranks differ"
+
+
 def test_embedding_gradients_are_averaged_like_dense_ones():
     # An Embedding's gradient reaches the optimizer as IndexedSlices, not a dense tensor.
     rng = np.random.default_rng(3)

@@ -18,8 +18,10 @@ def _key(variable):
 
 
 def model_and_optimizer_variables(model):
-    """The model's variables, then its optimizer's (a property in Keras 3, a method in tf_keras)."""
-    variables = list(getattr(model, "variables", None) or model.weights)
+    """The model's variables, then its optimizer's (a property in Keras 3, a method in tf_keras).
+    A model given no input shape has no weights before its first batch (tf_keras raises when
+    asked): none yet."""
+    variables = list(getattr(model, "variables", None) or model.weights) if getattr(model, "built", True) else []
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
         extra = optimizer.variables
