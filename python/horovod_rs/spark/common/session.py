@@ -10,8 +10,9 @@ differs.
 """
 
 import re
-import socket
 from contextlib import contextmanager
+
+from horovod_rs.runner.common.util.network import address_toward
 
 
 def active_session():
@@ -172,17 +173,6 @@ def executors_reach_this_process_at(spark):
     if not is_connect(spark):
         return conf(spark, "spark.driver.host")
     return address_toward(driver_host(spark))
-
-
-def address_toward(host):
-    """This machine's address on its route to ``host``: the one ``host``'s side of the network
-    reaches it at (this host's name's address when there is no route)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((host, 9))  # no packet leaves: this only picks the route
-            return probe.getsockname()[0]
-        except OSError:
-            return socket.gethostbyname(socket.gethostname())
 
 
 @contextmanager
