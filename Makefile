@@ -234,7 +234,8 @@ PYSPARK_MARKS ?= not slow
 # Horovod-style Keras MNIST script, on the newest line; the Torch and Lightning fits that shrink
 # after a killed executor and grow back (make test runs the Keras one: the families share the
 # driver's path) and the Run API's next attempt (make faults kills executors under the same jobs;
-# the JVM estimator's is its integration tests').
+# the JVM estimator's is its integration tests'); the TensorFlow data service's compute job on
+# Spark (make test runs its ranks' part under horovodrs, python/tests_tensorflow).
 pyspark-slow-test:
 	$(MAKE) --no-print-directory pyspark-test-$(LINE) PYSPARK_MARKS=slow
 

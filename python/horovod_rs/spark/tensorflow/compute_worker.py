@@ -12,6 +12,7 @@ shuts the service down, or this driver gets SIGTERM.
 import logging
 import signal
 import sys
+import threading
 
 from horovod_rs.runner.common.service.compute_service import ComputeService
 from horovod_rs.runner.common.util import secret
@@ -26,31 +27,37 @@ def main(args=None):
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
-    workers = session.default_parallelism(spark)
-    if workers % parsed.dispatchers:
-        raise ValueError(f'Number of processes ({workers}) must be '
-                         f'a multiple of number of dispatchers ({parsed.dispatchers}).')
+    try:
+        serve(spark, parsed.configfile, parsed.dispatchers, parsed.dispatcher_side, parsed.timeout)
+    finally:
+        spark.stop()
+
+
+def serve(spark, configfile, dispatchers=1, dispatcher_side='compute', timeout=60, num_proc=None):
+    """Runs the compute job on ``num_proc`` ranks of ``spark`` (the default parallelism) until a
+    training job shuts it down, or this process gets SIGTERM (when called in its main thread)."""
+    workers = num_proc or session.default_parallelism(spark)
+    if workers % dispatchers:
+        raise ValueError(f'Number of processes ({workers}) must be a multiple of number of dispatchers ({dispatchers}).')
 
     key = secret.make_secret_key()
-    compute = ComputeService(parsed.dispatchers, workers // parsed.dispatchers, key=key)
+    compute = ComputeService(dispatchers, workers // dispatchers, key=key)
     try:
-        compute_config = TfDataServiceConfig(dispatchers=parsed.dispatchers,
-                                             workers_per_dispatcher=workers // parsed.dispatchers,
-                                             dispatcher_side=parsed.dispatcher_side, addresses=compute.addresses(),
-                                             key=key, timeout=parsed.timeout)
-        compute_config.write(parsed.configfile)
+        config = TfDataServiceConfig(dispatchers=dispatchers, workers_per_dispatcher=workers // dispatchers,
+                                     dispatcher_side=dispatcher_side, addresses=compute.addresses(), key=key,
+                                     timeout=timeout)
+        config.write(configfile)
 
         def exit_gracefully(signum, frame):
             # The ranks' wait for the shutdown ends, and with it the job.
             logging.info('Spark driver receiving SIGTERM. Exiting gracefully')
             compute.shutdown()
 
-        signal.signal(signal.SIGTERM, exit_gracefully)
-        run(compute_worker_fn, args=(compute_config,), stdout=sys.stdout, stderr=sys.stderr, num_proc=workers,
-            verbose=2)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, exit_gracefully)
+        run(compute_worker_fn, args=(config,), stdout=sys.stdout, stderr=sys.stderr, num_proc=workers, verbose=2)
     finally:
         compute.shutdown()
-        spark.stop()
 
 
 if __name__ == '__main__':
