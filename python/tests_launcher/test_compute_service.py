@@ -142,3 +142,14 @@ def test_a_request_in_flight_is_answered_before_shutdown_returns(service):
     stopper.join(30)
     thread.join(30)
     assert outcome == [None]
+
+
+class UnknownRequest:
+    pass
+
+
+def test_a_request_the_service_does_not_know_fails_in_the_client(service):
+    _, client = service(dispatchers=1, workers_per_dispatcher=1)
+    with pytest.raises(NotImplementedError):
+        client._send(UnknownRequest())
+    client.register_dispatcher(0, "grpc://10.0.0.1:5050")  # and the service goes on

@@ -166,15 +166,18 @@ class BasicService:
             def _answer(self):
                 try:
                     request = service._wire.read(self.rfile)
-                except (EOFError, ConnectionError, PermissionError):
-                    return  # a dropped connection, or not a holder of the key: nothing to answer
-                response = service._handle(request, self.client_address)
+                except (EOFError, OSError):
+                    return  # a dropped or silent connection, or not a holder of the key: nothing to answer
+                try:
+                    response = service._handle(request, self.client_address)
+                except Exception as e:  # the client raises it
+                    response = e
                 if response is None:
                     response = RuntimeError("%s did not answer %s" % (service._service_name,
                                                                        type(request).__name__))
                 try:
                     service._wire.write(response, self.wfile)
-                except (BrokenPipeError, ConnectionResetError):
+                except OSError:
                     pass  # the client went away
 
         return Handler
@@ -234,7 +237,7 @@ class BasicClient:
         for _ in range(self._attempts):
             try:
                 response = self._exchange(address, PingRequest(), self._probe_timeout)
-            except (OSError, EOFError, PermissionError):
+            except (OSError, EOFError):
                 continue
             if response.service_name != self._service_name:
                 return
