@@ -57,12 +57,15 @@ def test_distributed_fit_matches_one_process_on_the_full_batch():
 
 
 def test_a_model_without_input_shape_is_broadcast_after_its_first_batch():
-    # Horovod's data service example: a Sequential without an Input has no weights before its
-    # first batch (tf_keras raises when they are read), so the callback broadcasts them then.
+    # Horovod's Keras examples: a Sequential without an Input has no weights before its first
+    # batch (tf_keras raises when they are read), so the callback broadcasts them then; and
+    # compile gets Keras 2's experimental_run_tf_function, which Keras 3 takes too once a
+    # DistributedOptimizer was made.
     x, y = data()
     tf.keras.utils.set_random_seed(300 + R)
     net = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="tanh"), tf.keras.layers.Dense(1)])
-    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1)), loss="mse")
+    net.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1)), loss="mse",
+                experimental_run_tf_function=False)
     net.fit(x[16 * R:16 * (R + 1)], y[16 * R:16 * (R + 1)], batch_size=8, epochs=2, verbose=0,
             callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     weights = np.concatenate([w.reshape(-1) for w in net.get_weights()])

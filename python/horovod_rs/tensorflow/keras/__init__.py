@@ -6,6 +6,8 @@ step the exchange runs through ``tf.py_function``. ``callbacks`` has Horovod's c
 learning-rate schedule and warmup, best-model checkpoint).
 """
 
+import functools
+
 import tensorflow as tf
 
 import horovod_rs.tensorflow as _hvd
@@ -53,6 +55,26 @@ def _is_keras3(optimizer):
     return keras.__version__.startswith("3.") and isinstance(optimizer, keras.optimizers.Optimizer)
 
 
+def _accept_keras2_compile_arguments():
+    """Keras 3's ``Model.compile`` takes and ignores ``experimental_run_tf_function``, as Keras 2's
+    did since TensorFlow 2.2: Horovod's Keras examples pass it, with the ``DistributedOptimizer``."""
+    import keras
+
+    # Replaced where it is defined: Keras compiles a loaded model only if its class's compile is
+    # that one (a subclass's own compile is the user's).
+    owner = next(c for c in keras.Model.__mro__ if "compile" in vars(c))
+    compile_model = owner.compile
+    if getattr(compile_model, "_horovod_rs_keras2_arguments", False):
+        return
+
+    @functools.wraps(compile_model)
+    def compile(self, *args, experimental_run_tf_function=None, **kwargs):
+        return compile_model(self, *args, **kwargs)
+
+    compile._horovod_rs_keras2_arguments = True
+    owner.compile = compile
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, process_set=global_process_set,
@@ -77,6 +99,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         return keras2.distributed_optimizer(optimizer, name, compression, sparse_as_dense, op,
                                             gradient_predivide_factor, backward_passes_per_step,
                                             average_aggregated_gradients, process_set, scale_local_gradients)
+    _accept_keras2_compile_arguments()
     base = optimizer.__class__
     config = optimizer.get_config()
     # Keras averages what it accumulates; Horovod sums unless asked to average.
