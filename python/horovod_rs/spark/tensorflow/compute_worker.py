@@ -38,7 +38,8 @@ def serve(spark, configfile, dispatchers=1, dispatcher_side='compute', timeout=6
     training job shuts it down, or this process gets SIGTERM (when called in its main thread)."""
     workers = num_proc or session.default_parallelism(spark)
     if workers % dispatchers:
-        raise ValueError(f'Number of processes ({workers}) must be a multiple of number of dispatchers ({dispatchers}).')
+        raise ValueError(f'Number of processes ({workers}) must be '
+                         f'a multiple of number of dispatchers ({dispatchers}).')
 
     key = secret.make_secret_key()
     compute = ComputeService(dispatchers, workers // dispatchers, key=key)
