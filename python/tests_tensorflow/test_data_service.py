@@ -68,3 +68,14 @@ def test_a_dispatcher_per_rank_on_the_training_side():
     assert len(set(addresses)) == SIZE, "each rank has a dispatcher of its own: %s" % addresses
     # Its dispatcher's one worker runs this rank's pipeline whole.
     assert Counter(mine) == Counter(v * (RANK + 1) for v in range(ELEMENTS))
+
+
+def test_a_config_survives_its_file_and_names_what_is_wrong_with_it(tmp_path):
+    config = TfDataServiceConfig(dispatchers=2, workers_per_dispatcher=3, dispatcher_side="training",
+                                 addresses={"lo": [("127.0.0.1", 4242)]}, key=b"\x00\xffkey", timeout=7)
+    config.write(str(tmp_path / "compute.json"))
+    assert TfDataServiceConfig.read(str(tmp_path / "compute.json")) == config
+    with pytest.raises(ValueError, match="Unsupported dispatcher side: 'gpu', expected 'compute' or 'training'"):
+        TfDataServiceConfig(1, 1, "gpu", {}, b"k")
+    with pytest.raises(ValueError, match=r"dispatchers \(0\) and of workers per dispatcher \(1\) must be larger"):
+        TfDataServiceConfig(0, 1, "compute", {}, b"k")

@@ -46,6 +46,13 @@ class TfDataServiceConfig:
     key: bytes
     timeout: int = 60
 
+    def __post_init__(self):
+        if self.dispatcher_side not in ('compute', 'training'):
+            raise ValueError(f"Unsupported dispatcher side: {self.dispatcher_side!r}, expected 'compute' or 'training'")
+        if self.dispatchers <= 0 or self.workers_per_dispatcher <= 0:
+            raise ValueError(f'The numbers of dispatchers ({self.dispatchers}) and of workers per dispatcher '
+                             f'({self.workers_per_dispatcher}) must be larger than 0')
+
     def compute_client(self, verbose=1) -> ComputeClient:
         return ComputeClient(self.addresses, self.key, verbose=verbose)
 
@@ -130,10 +137,10 @@ def tf_data_service(compute_config: TfDataServiceConfig, rank: int) -> str:
     if compute_config.dispatcher_side == 'training' and (compute_config.dispatchers > 1 or rank == 0):
         dispatcher_server = _start_dispatcher(compute, compute_config, rank)
 
-    dispatcher_id = rank if compute_config.dispatchers > 1 else 0
-    dispatcher_address = compute.wait_for_dispatcher_registration(dispatcher_id, compute_config.timeout)
-    compute.wait_for_dispatcher_worker_registration(dispatcher_id, compute_config.timeout)
     try:
+        dispatcher_id = rank if compute_config.dispatchers > 1 else 0
+        dispatcher_address = compute.wait_for_dispatcher_registration(dispatcher_id, compute_config.timeout)
+        compute.wait_for_dispatcher_worker_registration(dispatcher_id, compute_config.timeout)
         yield dispatcher_address
     finally:
         if dispatcher_server:
