@@ -124,6 +124,15 @@ def address_toward(host):
             return socket.gethostbyname(socket.gethostname())
 
 
+def _keep_alive(connection):
+    """TCP keepalive probes after a minute of silence: a peer that vanished without closing the
+    connection (its host lost) fails a blocked read within about two minutes instead of never."""
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+        if hasattr(socket, option):  # Linux's names; other systems keep their defaults
+            connection.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
 class BasicService:
     """Listens on every interface, on a free port; ``_handle`` answers each request. Subclasses
     answer their own requests and hand the rest to this class's ``_handle``."""
@@ -253,6 +262,7 @@ class BasicClient:
     def _exchange(self, address, request, timeout=None):
         with socket.create_connection(address, timeout=timeout) as connection:
             connection.settimeout(timeout)
+            _keep_alive(connection)  # a request may wait for long; a vanished service ends it
             with connection.makefile("rb") as rfile, connection.makefile("wb") as wfile:
                 self._wire.write(request, wfile)
                 return self._wire.read(rfile)
