@@ -75,19 +75,23 @@ def test_a_training_job_reads_its_dataset_from_a_compute_job_on_spark(spark, tmp
 
 @pytest.mark.slow  # 24 epochs of Horovod's net: minutes
 @pytest.mark.classic_only
-@pytest.mark.parametrize("dispatcher_side, flags", [("compute", []), ("training", ["--reuse-dataset"])])
-def test_horovods_data_service_example_runs_with_only_its_imports_changed(spark, tmp_path, dispatcher_side, flags):
+@pytest.mark.parametrize("dispatcher_side, flags, legacy_keras", [("compute", [], "1"),
+                                                                  ("training", ["--reuse-dataset"], "0")],
+                         ids=["compute-side-keras2", "training-side-reuse-keras3"])
+def test_horovods_data_service_example_runs_with_only_its_imports_changed(spark, tmp_path, dispatcher_side, flags,
+                                                                         legacy_keras):
     for suffix in ("", "_train_fn_compute_side_dispatcher", "_train_fn_training_side_dispatcher"):
         path = HOROVOD_EXAMPLE + suffix + ".py"
         (tmp_path / os.path.basename(path)).write_text(IMPORT_LINE.sub(r"\1horovod_rs", horovod_file(path)))
     configfile = tmp_path / "compute.json"
     compute, failures = start_compute_job(spark, configfile, dispatcher_side)
 
-    # The training job is a Spark application of its own (local[2]), on Keras 2 as the example is written.
+    # The training job is a Spark application of its own (local[2]), on Keras 2 (as the example was
+    # written) or Keras 3.
     path = os.pathsep.join([str(tmp_path), OFFLINE_MNIST])
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=path, PYSPARK_SUBMIT_ARGS=(
-        "--master local[2] --conf spark.executorEnv.TF_USE_LEGACY_KERAS=1 --conf spark.executorEnv.PYTHONPATH=%s "
-        "pyspark-shell" % path))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS=legacy_keras, PYTHONPATH=path, PYSPARK_SUBMIT_ARGS=(
+        "--master local[2] --conf spark.executorEnv.TF_USE_LEGACY_KERAS=%s --conf spark.executorEnv.PYTHONPATH=%s "
+        "pyspark-shell" % (legacy_keras, path)))
     env.pop("MASTER", None)
     training = subprocess.run([sys.executable, os.path.basename(HOROVOD_EXAMPLE) + ".py", str(configfile)] + flags,
                               cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=1800)
