@@ -13,7 +13,7 @@ import tensorflow as tf
 import horovod_rs.tensorflow as hvd
 from horovod_rs.runner.util.threads import in_thread
 from horovod_rs.tensorflow.data.compute_service import TfDataServiceConfig, tf_data_service
-from horovod_rs.tensorflow.data.compute_worker import main
+from horovod_rs.tensorflow.data.compute_worker import main, parse_args
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -79,3 +79,10 @@ def test_a_config_survives_its_file_and_names_what_is_wrong_with_it(tmp_path):
         TfDataServiceConfig(1, 1, "gpu", {}, b"k")
     with pytest.raises(ValueError, match=r"dispatchers \(0\) and of workers per dispatcher \(1\) must be larger"):
         TfDataServiceConfig(0, 1, "compute", {}, b"k")
+
+
+def test_the_compute_jobs_command_line_refuses_an_unknown_dispatcher_side(capsys):
+    assert parse_args(["compute.json"]).dispatcher_side == "compute"
+    with pytest.raises(SystemExit):
+        parse_args(["compute.json", "--dispatcher-side", "gpu"])
+    assert "invalid choice: 'gpu'" in capsys.readouterr().err

@@ -43,6 +43,7 @@ def serve(spark, configfile, dispatchers=1, dispatcher_side='compute', timeout=6
 
     key = secret.make_secret_key()
     compute = ComputeService(dispatchers, workers // dispatchers, key=key)
+    on_sigterm = None
     try:
         config = TfDataServiceConfig(dispatchers=dispatchers, workers_per_dispatcher=workers // dispatchers,
                                      dispatcher_side=dispatcher_side, addresses=compute.addresses(), key=key,
@@ -55,9 +56,11 @@ def serve(spark, configfile, dispatchers=1, dispatcher_side='compute', timeout=6
             compute.shutdown()
 
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, exit_gracefully)
+            on_sigterm = signal.signal(signal.SIGTERM, exit_gracefully)
         run(compute_worker_fn, args=(config,), stdout=sys.stdout, stderr=sys.stderr, num_proc=workers, verbose=2)
     finally:
+        if on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
         compute.shutdown()
 
 

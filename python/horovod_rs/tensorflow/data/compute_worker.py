@@ -21,7 +21,8 @@ def main(dispatchers: int, dispatcher_side: str, configfile: str, timeout: int):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     if size % dispatchers:
-        raise ValueError(f'Number of processes ({size}) must be a multiple of number of dispatchers ({dispatchers}).')
+        raise ValueError(f'Number of processes ({size}) must be '
+                         f'a multiple of number of dispatchers ({dispatchers}).')
 
     compute = None
     try:
@@ -48,6 +49,7 @@ def parse_args(args=None):
     parser.add_argument('--dispatchers', required=False, default=1, type=int,
                         help='The number of dispatcher to support.', dest='dispatchers')
     parser.add_argument('--dispatcher-side', required=False, default='compute', type=str,
+                        choices=['compute', 'training'],
                         help="Where do the dispatcher run? On 'compute' side or 'training' side.",
                         dest='dispatcher_side')
     parser.add_argument('--timeout', required=False, default=60, type=int,
