@@ -229,3 +229,21 @@ def test_encrypted_links_give_the_same_results_and_a_bad_setting_is_named():
                          timeout=120, env=env)
     assert out.returncode != 0
     assert 'HOROVOD_RS_TLS="sometimes": expected 1 or 0' in out.stdout + out.stderr
+
+
+def test_horovodruns_options_reach_the_ranks_or_are_refused_naming_why():
+    show = ("import os; print(' '.join(os.environ.get(k, '-') for k in ('HOROVOD_FUSION_THRESHOLD', "
+            "'HOROVOD_CYCLE_TIME', 'HOROVOD_CACHE_CAPACITY', 'HOROVOD_LOG_LEVEL', "
+            "'HOROVOD_RS_CONNECT_TIMEOUT_SECONDS')))")
+    options = ["--gloo", "--verbose", "--network-interface", "eth0", "--fusion-threshold-mb", "32",
+               "--cycle-time-ms", "2.5", "--disable-cache", "--log-level", "debug", "--start-timeout", "30"]
+    out = subprocess.run(HOROVODRS + ["-np", "2"] + options + [sys.executable, "-c", show],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[%d]<stdout>:33554432 2.5 0 DEBUG 30" % r for r in range(2)]
+
+    for refused, why in ((["--min-np", "1", "--host-discovery-script", "./discover.sh"], "runs no elastic job"),
+                         (["--mpi"], "without MPI"), (["--output-filename", "logs"], "output_filename")):
+        out = subprocess.run(HOROVODRS + ["-np", "2"] + refused + [sys.executable, "-c", "print('ran')"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and why in out.stderr and "ran" not in out.stdout, refused

@@ -46,6 +46,7 @@ def _parse(argv):
     hosts.add_argument("-H", "--hosts", help="host:slots,... e.g. server1:4,server2:4 (default: this host)")
     hosts.add_argument("-hostfile", "--hostfile", help="a file of 'host slots=N' lines (Open MPI's hostfile)")
     parser.add_argument("-p", "--ssh-port", type=int, help="ssh port of the other hosts")
+    _horovodrun_options(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every process runs")
     args = parser.parse_args(argv)
     if not args.command:
@@ -65,7 +66,43 @@ def _parse(argv):
         args.slots = assign_slots(hosts, args.num_proc, source) if hosts else None
     except ValueError as e:
         parser.error(str(e))
+    # The job as Horovod describes it: what horovod_rs.run's jobs are checked and configured from too.
+    args.horovod = _HorovodArgs()
+    for name, value in vars(args).items():
+        if hasattr(args.horovod, name):
+            setattr(args.horovod, name, value)
+    from horovod_rs.runner import launch
+
+    try:
+        launch.refuse_what_does_not_apply(args.horovod)
+    except ValueError as e:
+        parser.error(str(e))
     return args
+
+
+def _horovodrun_options(parser):
+    """horovodrun's options that scripts pass: the engine's knobs (set in every rank's
+    environment), ones accepted with nothing to do here, and ones refused naming why (MPI, elastic
+    runs, output files)."""
+    knobs = parser.add_argument_group("horovodrun's options")
+    knobs.add_argument("--start-timeout", type=int, help="seconds the ranks wait for each other to start")
+    knobs.add_argument("--fusion-threshold-mb", type=float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
+    knobs.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME")
+    knobs.add_argument("--cache-capacity", type=int, help="HOROVOD_CACHE_CAPACITY")
+    knobs.add_argument("--disable-cache", action="store_true", help="HOROVOD_CACHE_CAPACITY=0")
+    knobs.add_argument("--log-level", type=str.upper, choices=["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"],
+                       help="HOROVOD_LOG_LEVEL")
+    # Nothing to do here: the engine is the only controller, and ranks connect on the route to each other.
+    knobs.add_argument("--gloo", action="store_true", dest="use_gloo", help=argparse.SUPPRESS)
+    knobs.add_argument("--verbose", action="store_true", help=argparse.SUPPRESS)
+    knobs.add_argument("--network-interface", "--network-interfaces", dest="nics", help=argparse.SUPPRESS)
+    # Refused, naming why.
+    knobs.add_argument("--mpi", action="store_true", dest="use_mpi", help=argparse.SUPPRESS)
+    knobs.add_argument("--min-np", "--min-num-proc", type=int, dest="min_num_proc", help=argparse.SUPPRESS)
+    knobs.add_argument("--max-np", "--max-num-proc", type=int, dest="max_num_proc", help=argparse.SUPPRESS)
+    knobs.add_argument("--host-discovery-script", help=argparse.SUPPRESS)
+    knobs.add_argument("--reset-limit", type=int, help=argparse.SUPPRESS)
+    knobs.add_argument("--output-filename", help=argparse.SUPPRESS)
 
 
 def parse_hosts(spec):
@@ -349,5 +386,8 @@ def main(argv=None):
     # stopped before the launcher exits instead of being left running.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on)
-    code, _ = launch_ranks(args.num_proc, args.command, slots=args.slots, ssh_port=args.ssh_port)
+    from horovod_rs.runner import launch
+
+    env = dict(os.environ, **launch.ranks_environment(args.horovod))
+    code, _ = launch_ranks(args.num_proc, args.command, env=env, slots=args.slots, ssh_port=args.ssh_port)
     sys.exit(code)

@@ -14,18 +14,36 @@ def _run(args):
     """Runs ``args.run_func`` as ``args.num_proc`` ranks and returns their results in rank order,
     or ``args.command`` and returns None; raises ``RuntimeError`` naming the first rank that
     failed, and ``ValueError`` for what horovod_rs does not run (elastic jobs, MPI, output files)."""
-    _refuse_what_does_not_apply(args)
+    refuse_what_does_not_apply(args)
     slots = _slots(args)
     secret = make_secret_key()
-    env = dict(os.environ)
-    if args.start_timeout is not None:
-        env["HOROVOD_RS_CONNECT_TIMEOUT_SECONDS"] = str(args.start_timeout)
+    env = dict(os.environ, **ranks_environment(args))
     if args.run_func is None:
         code, failed = launch_ranks(args.num_proc, list(args.command), env=env, slots=slots, ssh_port=args.ssh_port,
                                     ssh_identity_file=args.ssh_identity_file, secret=secret)
         _raise_for(code, failed)
         return None
     return _run_func(args, slots, secret, env)
+
+
+def ranks_environment(args):
+    """The variables ``args``' timeout and engine options (``horovodrun``'s ``--start-timeout``,
+    ``--fusion-threshold-mb``, ``--cycle-time-ms``, ``--cache-capacity``, ``--disable-cache``,
+    ``--log-level``) set in every rank, by Horovod's names."""
+    env = {}
+    if args.start_timeout is not None:
+        env["HOROVOD_RS_CONNECT_TIMEOUT_SECONDS"] = str(args.start_timeout)
+    if args.fusion_threshold_mb is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    if args.cycle_time_ms is not None:
+        env["HOROVOD_CYCLE_TIME"] = str(args.cycle_time_ms)
+    if args.cache_capacity is not None:
+        env["HOROVOD_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.disable_cache:
+        env["HOROVOD_CACHE_CAPACITY"] = "0"
+    if args.log_level is not None:
+        env["HOROVOD_LOG_LEVEL"] = args.log_level
+    return env
 
 
 def _run_func(args, slots, secret, env):
@@ -59,7 +77,7 @@ def _raise_for(code, failed):
                            "Exit code: %d" % (failed, code))
 
 
-def _refuse_what_does_not_apply(args):
+def refuse_what_does_not_apply(args):
     num_proc = args.num_proc
     if args.use_mpi:
         raise ValueError("use_mpi: horovod_rs runs its ranks without MPI (its engine connects them itself); "
