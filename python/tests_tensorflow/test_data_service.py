@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import horovod_rs.tensorflow as hvd
 from horovod_rs.runner.util.threads import in_thread
-from horovod_rs.tensorflow.data.compute_service import TfDataServiceConfig, tf_data_service
+from horovod_rs.tensorflow.data.compute_service import TfDataServiceConfig, tf_data_service, workers_per_dispatcher
 from horovod_rs.tensorflow.data.compute_worker import main, parse_args
 
 hvd.init()
@@ -79,6 +79,10 @@ def test_a_config_survives_its_file_and_names_what_is_wrong_with_it(tmp_path):
         TfDataServiceConfig(1, 1, "gpu", {}, b"k")
     with pytest.raises(ValueError, match=r"dispatchers \(0\) and of workers per dispatcher \(1\) must be larger"):
         TfDataServiceConfig(0, 1, "compute", {}, b"k")
+    with pytest.raises(ValueError, match="The number of dispatchers must be larger than 0: 0"):
+        workers_per_dispatcher(4, 0)
+    with pytest.raises(ValueError, match=r"Number of processes \(3\) must be a multiple of number of dispatchers \(2\)"):
+        workers_per_dispatcher(3, 2)
 
 
 def test_the_compute_jobs_command_line_refuses_an_unknown_dispatcher_side(capsys):

@@ -69,7 +69,7 @@ def _parse(argv):
     # The job as Horovod describes it: what horovod_rs.run's jobs are checked and configured from too.
     args.horovod = _HorovodArgs()
     for name, value in vars(args).items():
-        if hasattr(args.horovod, name):
+        if hasattr(args.horovod, name) and name != "slots":  # Horovod's slots: per host; ours: the placement
             setattr(args.horovod, name, value)
     from horovod_rs.runner import launch
 

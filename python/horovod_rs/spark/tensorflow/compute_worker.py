@@ -14,11 +14,9 @@ import signal
 import sys
 import threading
 
-from horovod_rs.runner.common.service.compute_service import ComputeService
-from horovod_rs.runner.common.util import secret
 from horovod_rs.spark import run
 from horovod_rs.spark.common import session
-from horovod_rs.tensorflow.data.compute_service import TfDataServiceConfig, compute_worker_fn
+from horovod_rs.tensorflow.data.compute_service import compute_worker_fn, start_compute_service
 from horovod_rs.tensorflow.data.compute_worker import parse_args
 
 
@@ -37,24 +35,15 @@ def serve(spark, configfile, dispatchers=1, dispatcher_side='compute', timeout=6
     """Runs the compute job on ``num_proc`` ranks of ``spark`` (the default parallelism) until a
     training job shuts it down, or this process gets SIGTERM (when called in its main thread)."""
     workers = num_proc or session.default_parallelism(spark)
-    if workers % dispatchers:
-        raise ValueError(f'Number of processes ({workers}) must be '
-                         f'a multiple of number of dispatchers ({dispatchers}).')
+    compute, config = start_compute_service(workers, dispatchers, dispatcher_side, timeout, configfile)
 
-    key = secret.make_secret_key()
-    compute = ComputeService(dispatchers, workers // dispatchers, key=key)
+    def exit_gracefully(signum, frame):
+        # The ranks' wait for the shutdown ends, and with it the job.
+        logging.info('Spark driver receiving SIGTERM. Exiting gracefully')
+        compute.shutdown()
+
     on_sigterm = None
     try:
-        config = TfDataServiceConfig(dispatchers=dispatchers, workers_per_dispatcher=workers // dispatchers,
-                                     dispatcher_side=dispatcher_side, addresses=compute.addresses(), key=key,
-                                     timeout=timeout)
-        config.write(configfile)
-
-        def exit_gracefully(signum, frame):
-            # The ranks' wait for the shutdown ends, and with it the job.
-            logging.info('Spark driver receiving SIGTERM. Exiting gracefully')
-            compute.shutdown()
-
         if threading.current_thread() is threading.main_thread():
             on_sigterm = signal.signal(signal.SIGTERM, exit_gracefully)
         run(compute_worker_fn, args=(config,), stdout=sys.stdout, stderr=sys.stderr, num_proc=workers, verbose=2)

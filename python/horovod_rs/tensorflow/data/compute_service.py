@@ -28,7 +28,8 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 
 import horovod_rs.tensorflow as hvd
-from horovod_rs.runner.common.service.compute_service import ComputeClient
+from horovod_rs.runner.common.service.compute_service import ComputeClient, ComputeService
+from horovod_rs.runner.common.util import secret
 from horovod_rs.runner.common.util.network import address_toward
 
 # How long ``TfDataServiceConfig.read`` waits for the file before it says what it waits for.
@@ -93,6 +94,32 @@ class TfDataServiceConfig:
             time.sleep(1)
         with open(filename, 'r') as r:
             return TfDataServiceConfig.from_dict(json.load(r))
+
+
+def workers_per_dispatcher(processes, dispatchers):
+    """How many of a compute job's ``processes`` serve each of its ``dispatchers``."""
+    if dispatchers < 1:
+        raise ValueError(f'The number of dispatchers must be larger than 0: {dispatchers}')
+    if processes % dispatchers:
+        raise ValueError(f'Number of processes ({processes}) must be '
+                         f'a multiple of number of dispatchers ({dispatchers}).')
+    return processes // dispatchers
+
+
+def start_compute_service(processes, dispatchers, dispatcher_side, timeout, configfile):
+    """The ``ComputeService`` of a compute job of ``processes``, and its config, written to
+    ``configfile`` for the training job."""
+    workers, key = workers_per_dispatcher(processes, dispatchers), secret.make_secret_key()
+    compute = ComputeService(dispatchers, workers, key=key)
+    try:
+        config = TfDataServiceConfig(dispatchers=dispatchers, workers_per_dispatcher=workers,
+                                     dispatcher_side=dispatcher_side, addresses=compute.addresses(), key=key,
+                                     timeout=timeout)
+        config.write(configfile)
+    except BaseException:
+        compute.shutdown()
+        raise
+    return compute, config
 
 
 def _host_address(compute_config):

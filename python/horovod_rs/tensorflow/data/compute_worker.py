@@ -12,29 +12,18 @@ import argparse
 import tensorflow as tf
 
 import horovod_rs.tensorflow as hvd
-from horovod_rs.runner.common.service.compute_service import ComputeService
-from horovod_rs.runner.common.util import secret
-from horovod_rs.tensorflow.data.compute_service import TfDataServiceConfig, compute_worker_fn
+from horovod_rs.tensorflow.data.compute_service import compute_worker_fn, start_compute_service, workers_per_dispatcher
 
 
 def main(dispatchers: int, dispatcher_side: str, configfile: str, timeout: int):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    if size % dispatchers:
-        raise ValueError(f'Number of processes ({size}) must be '
-                         f'a multiple of number of dispatchers ({dispatchers}).')
+    workers_per_dispatcher(size, dispatchers)  # every rank refuses a count that does not divide
 
-    compute = None
+    compute = compute_config = None
     try:
-        compute_config = None
         if rank == 0:
-            key = secret.make_secret_key()
-            compute = ComputeService(dispatchers, size // dispatchers, key=key)
-            compute_config = TfDataServiceConfig(dispatchers=dispatchers, workers_per_dispatcher=size // dispatchers,
-                                                 dispatcher_side=dispatcher_side, addresses=compute.addresses(),
-                                                 key=key, timeout=timeout)
-            compute_config.write(configfile)
-
+            compute, compute_config = start_compute_service(size, dispatchers, dispatcher_side, timeout, configfile)
         with tf.device('/cpu:0'):
             compute_config = hvd.broadcast_object(compute_config, name='TfDataServiceConfig')
         compute_worker_fn(compute_config)
