@@ -49,8 +49,12 @@ def stage(horovod, path, work):
     """The test file and Horovod's test utilities under ``work``, imports rewritten."""
     target = os.path.join(work, path)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    # The file's siblings (base classes) and Horovod's test utilities come along, rewritten too.
-    for folder in (os.path.dirname(path), "test/utils"):
+    # The file's siblings (base classes), the scripts in its folders (data/: the training scripts
+    # Horovod's elastic tests launch) and Horovod's test utilities come along, rewritten too.
+    folder = os.path.dirname(path)
+    subfolders = [os.path.join(folder, name) for name in sorted(os.listdir(os.path.join(horovod, folder)))
+                  if os.path.isdir(os.path.join(horovod, folder, name))]
+    for folder in [folder] + subfolders + ["test/utils"]:
         source = os.path.join(horovod, folder)
         os.makedirs(os.path.join(work, folder), exist_ok=True)
         for name in os.listdir(source) if os.path.isdir(source) else []:
@@ -158,6 +162,9 @@ def main(argv=None):
     parser.add_argument("files", nargs="+", help="test files, relative to the checkout")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="horovod-suite-")
+    # As Horovod's test/conftest.py does: its utilities import by name (``from common import ...``).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(work, "test", "utils")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     try:
         for path in args.files:
             target = stage(args.horovod, path, work)

@@ -242,7 +242,7 @@ def test_horovodruns_options_reach_the_ranks_or_are_refused_naming_why():
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(out.stdout.splitlines()) == ["[%d]<stdout>:33554432 2.5 0 DEBUG 30" % r for r in range(2)]
 
-    for refused, why in ((["--min-np", "1", "--host-discovery-script", "./discover.sh"], "runs no elastic job"),
+    for refused, why in ((["--reset-limit", "2"], "an elastic job's"),
                          (["--mpi"], "without MPI"), (["--output-filename", "logs"], "output_filename")):
         out = subprocess.run(HOROVODRS + ["-np", "2"] + refused + [sys.executable, "-c", "print('ran')"],
                              capture_output=True, text=True, timeout=120)

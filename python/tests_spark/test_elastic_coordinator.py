@@ -1,4 +1,4 @@
-"""The elastic job's coordinator without Spark (horovod_rs.spark.common.elastic_job): tasks are
+"""The elastic job's coordinator without Spark (horovod_rs.runner.elastic.coordinator): tasks are
 sockets speaking its protocol, so every decision (the worlds, growth, the errors) is checked
 exactly, in milliseconds."""
 
@@ -8,8 +8,8 @@ import threading
 import cloudpickle
 import pytest
 
-from horovod_rs.spark.common.elastic_job import (Coordinator, ElasticJobError, receive_message, send_hello,
-                                                 send_message)
+from horovod_rs.runner.elastic.coordinator import (Coordinator, ElasticJobError, receive_message, send_hello,
+                                                   send_message)
 
 TOKEN = "token"
 
@@ -33,7 +33,7 @@ class FakeTask:
 
     def next(self):
         """The next message from the coordinator: ("world", (generation, rank, size, entries)),
-        ("grow", generation) or ("exit", None)."""
+        ("hosts", (generation, notice number, HostUpdateResult)) or ("exit", None)."""
         return receive_message(self.connection)
 
     def done(self, result):
@@ -107,7 +107,7 @@ def test_a_lost_rank_makes_a_smaller_world_of_the_survivors_in_their_order_and_a
     # Spark retries the lost task: it waits to join, and the running world hears of it once.
     retried = FakeTask(coord, 1, attempt=1)
     retried.join()
-    assert [task.next() for task in (tasks[0], tasks[2])] == [("grow", 1), ("grow", 1)]
+    assert [task.next() for task in (tasks[0], tasks[2])] == [("hosts", (1, 1, 2)), ("hosts", (1, 1, 2))]
     tasks[0].join()
     tasks[2].join()
     worlds = [task.next()[1] for task in (tasks[0], tasks[2], retried)]

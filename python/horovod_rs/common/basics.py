@@ -3,8 +3,8 @@
 Which job ``init()`` joins, in order: the job of the Spark task this process runs (a task of
 ``horovod_rs.spark.run`` or of an estimator joins it when it starts, ``join_task``; a task of
 ``run_elastic`` joins the world its coordinator gives it, ``join_elastic_task``); else the job
-the launcher (``horovodrs``) describes in the environment; else a job of one process, as in
-Horovod. Inside a Spark task ``init()`` never starts another job: when the task's job has
+the launcher (``horovodrs``) describes in the environment (an elastic one's: the worlds of its
+coordinator); else a job of one process, as in Horovod. Inside a Spark task ``init()`` never starts another job: when the task's job has
 stopped because a rank failed, it fails naming that rank; when ranks only finished, the world
 stays the job's (their collectives, not ``init()``, fail).
 """
@@ -108,7 +108,7 @@ def join_task(spec):
 
 def join_elastic_task(member):
     """Joins the first world of the elastic job whose task this process runs (``member``: the
-    task's ``horovod_rs.spark.common.elastic_job.Member``); until ``leave_task``, ``init()`` after
+    task's ``horovod_rs.runner.elastic.coordinator.Member``); until ``leave_task``, ``init()`` after
     a shutdown joins the job's next world, which may have other ranks and another size."""
     global _state, _task_job
     with _lock:
@@ -143,15 +143,17 @@ def _leave(state, reason):
 
 
 def _init(spec):
-    global _state
+    global _state, _task_job
     with _lock:
         if _state is not None and _state.rank.stopped() is None:
             return
+        if _task_job is None:
+            _task_job = _launched_elastic_member(os.environ)
         if _task_job is not None and not isinstance(_task_job, RankSpec):
             # An elastic job: the world stays until a shutdown (``hvd.elastic.run``'s reset after a
             # failed collective), as peers that only returned stop the engine too; then the next.
             if _state is None:
-                _state = _State(*_task_job.next_world())
+                _state = _next_world(_task_job)
             logs.start()
             return
         if _task_job is not None:
@@ -170,6 +172,32 @@ def _init(spec):
                 local.close()
         _state = _State(native, spec)
         logs.start()
+
+
+def _launched_elastic_member(env):
+    """The member of ``horovodrs``'s elastic job this process is (the launcher's variables), or None."""
+    if "HOROVOD_RS_ELASTIC_COORDINATOR" not in env:
+        return None
+    from horovod_rs.runner.elastic.coordinator import Member
+
+    member = Member(env["HOROVOD_RS_ELASTIC_COORDINATOR"], env["HOROVOD_RS_ELASTIC_TOKEN"],
+                    int(env["HOROVOD_RS_ELASTIC_SLOT"]), int(env["HOROVOD_RS_ELASTIC_ATTEMPT"]),
+                    bytes.fromhex(env["HOROVOD_RS_SECRET"]), None, None, launched=True)
+    member.finish_at_exit()
+    return member
+
+
+def _next_world(member):
+    """The state of ``member``'s next world. A process the launcher started has nothing left to do
+    when the job ended while it waited to join: it exits quietly (the launcher has the verdict)."""
+    from horovod_rs.runner.elastic.coordinator import Retired
+
+    try:
+        return _State(*member.next_world())
+    except Retired:
+        if member.launched:
+            raise SystemExit(0) from None
+        raise
 
 
 def _check_task_job():

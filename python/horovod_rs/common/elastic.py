@@ -15,8 +15,10 @@ survive a failed collective (a timeout, a disagreement): every rank joins the jo
 
 import functools
 import os
+import queue
 
 from horovod_rs.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from horovod_rs.runner.elastic.worker import HostUpdateResult, notification_manager
 
 
 class State:
@@ -26,6 +28,8 @@ class State:
     def __init__(self, bcast_object, get_rank):
         self._bcast_object = bcast_object
         self._rank = get_rank
+        self._host_messages = queue.Queue()  # (timestamp, HostUpdateResult) notices, as Horovod's
+        self._last_updated_timestamp = 0
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
@@ -33,25 +37,45 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        self._host_messages = queue.Queue()
         self.reset()
         for callback in self._reset_callbacks:
             callback()
 
+    def on_hosts_updated(self, timestamp, update_res):
+        self._host_messages.put((timestamp, update_res))
+
     def commit(self):
-        """Saves the state, then raises ``HostsUpdatedInterrupt`` if new ranks wait to join."""
+        """Saves the state, then raises ``HostsUpdatedInterrupt`` if the world should change."""
         self.save()
         self.check_host_updates()
 
     def check_host_updates(self):
-        """In an elastic job, raises ``HostsUpdatedInterrupt`` when ranks wait to join the world:
-        rank 0's view is broadcast, so that every rank raises at the same commit."""
+        """In an elastic job, raises ``HostsUpdatedInterrupt`` when a notice newer than the last
+        one came (tasks wait to join, or the launcher's hosts changed): rank 0's view is broadcast,
+        so that every rank raises at the same commit. Only removed hosts: the survivors skip the
+        state's sync."""
         from horovod_rs.common import basics
 
         member = basics.elastic_member()
         if member is None:
             return
-        if self._bcast_object(member.newcomers_wait()):
-            raise HostsUpdatedInterrupt(False)
+        notices = []
+        while not self._host_messages.empty():
+            notices.append(self._host_messages.get())
+        kept = member.notice()  # (a notice that came before this state listened, or during a reset)
+        if kept is not None:
+            notices.append(kept)
+        last_updated_timestamp = prev_timestamp = self._last_updated_timestamp
+        all_update = HostUpdateResult.no_update
+        for timestamp, update in notices:
+            if timestamp > last_updated_timestamp:
+                last_updated_timestamp = timestamp
+                all_update |= update
+        prev_timestamp, self._last_updated_timestamp, all_update = \
+            self._bcast_object((prev_timestamp, last_updated_timestamp, all_update))
+        if self._last_updated_timestamp > prev_timestamp:
+            raise HostsUpdatedInterrupt(all_update == HostUpdateResult.removed)
 
     def save(self):
         raise NotImplementedError()
@@ -102,27 +126,36 @@ def run_fn(func, reset):
     (``HorovodInternalError``) the state is restored to its last commit, ``reset()`` joins the
     job (its next world, in an elastic job) again, and it runs again: outside an elastic job at
     most ``reset_limit()`` times."""
-    from horovod_rs.common import basics
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        skip_sync = False
-        resets = 0
-        while True:
-            try:
-                if not skip_sync:
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except HorovodInternalError as e:
-                state.restore()
-                skip_sync = False
-                if basics.elastic_member() is None and resets >= reset_limit():
-                    raise HorovodInternalError("a collective failed again after %d resets "
-                                               "(HOROVOD_RS_ELASTIC_RESET_LIMIT): %s" % (resets, e)) from e
-            except HostsUpdatedInterrupt as e:
-                skip_sync = e.skip_sync
-            resets += 1
-            reset()
-            state.on_reset()
+        notification_manager.register_listener(state)
+        try:
+            return _run_resetting(func, reset, state, *args, **kwargs)
+        finally:
+            notification_manager.remove_listener(state)
 
     return wrapper
+
+
+def _run_resetting(func, reset, state, *args, **kwargs):
+    from horovod_rs.common import basics
+
+    skip_sync = False
+    resets = 0
+    while True:
+        try:
+            if not skip_sync:
+                state.sync()
+            return func(state, *args, **kwargs)
+        except HorovodInternalError as e:
+            state.restore()
+            skip_sync = False
+            if basics.elastic_member() is None and resets >= reset_limit():
+                raise HorovodInternalError("a collective failed again after %d resets "
+                                           "(HOROVOD_RS_ELASTIC_RESET_LIMIT): %s" % (resets, e)) from e
+        except HostsUpdatedInterrupt as e:
+            skip_sync = e.skip_sync
+        resets += 1
+        reset()
+        state.on_reset()

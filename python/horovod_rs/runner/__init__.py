@@ -11,6 +11,10 @@ host's slots (as horovodrun does); processes on other hosts start over ssh (key-
 ``BatchMode``) in the same working directory. The job's secret reaches them on ssh's standard
 input, not on a command line, and a remote process is stopped when its ssh connection ends.
 
+``--host-discovery-script``, ``--min-np``/``--max-np`` run an elastic job, as horovodrun does
+(``horovod_rs.runner.elastic.driver``): processes start and stop as the discovered hosts come
+and go, and the ranks go on from their last ``state.commit()`` in each new world.
+
 ``run(func, ...)`` is Horovod's ``horovod.run``, the same launcher from Python: ``func`` runs as
 the ranks and their results come back in rank order (``launch._run``, ``task_data``).
 """
@@ -56,25 +60,29 @@ def _parse(argv):
             (parse_hostfile(args.hostfile), "hostfile %s" % args.hostfile) if args.hostfile else (None, None)
     except ValueError as e:
         parser.error(str(e))
+    elastic = args.host_discovery_script is not None or args.min_num_proc is not None
     if args.num_proc is None:
-        if hosts is None:
+        if elastic:
+            args.num_proc = args.min_num_proc
+        elif hosts is None:
             parser.error("give -np, the number of processes to start (or -H / --hostfile to use all their slots)")
-        args.num_proc = sum(slots for _, slots in hosts)
-    if args.num_proc < 1:
+        else:
+            args.num_proc = sum(slots for _, slots in hosts)
+    if args.num_proc is None or args.num_proc < 1:
         parser.error("-np must be at least 1")
     try:
-        args.slots = assign_slots(hosts, args.num_proc, source) if hosts else None
+        args.placement = assign_slots(hosts, args.num_proc, source) if hosts and not elastic else None
     except ValueError as e:
         parser.error(str(e))
     # The job as Horovod describes it: what horovod_rs.run's jobs are checked and configured from too.
     args.horovod = _HorovodArgs()
     for name, value in vars(args).items():
-        if hasattr(args.horovod, name) and name != "slots":  # Horovod's slots: per host; ours: the placement
+        if hasattr(args.horovod, name):
             setattr(args.horovod, name, value)
     from horovod_rs.runner import launch
 
     try:
-        launch.refuse_what_does_not_apply(args.horovod)
+        launch.refuse_what_does_not_apply(args.horovod, elastic=launch._is_elastic(args.horovod))
     except ValueError as e:
         parser.error(str(e))
     return args
@@ -82,8 +90,8 @@ def _parse(argv):
 
 def _horovodrun_options(parser):
     """horovodrun's options that scripts pass: the engine's knobs (set in every rank's
-    environment), ones accepted with nothing to do here, and ones refused naming why (MPI, elastic
-    runs, output files)."""
+    environment), elastic runs', ones accepted with nothing to do here, and ones refused naming
+    why (MPI, output files)."""
     knobs = parser.add_argument_group("horovodrun's options")
     knobs.add_argument("--start-timeout", type=int, help="seconds the ranks wait for each other to start")
     knobs.add_argument("--fusion-threshold-mb", type=float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
@@ -96,12 +104,23 @@ def _horovodrun_options(parser):
     knobs.add_argument("--gloo", action="store_true", dest="use_gloo", help=argparse.SUPPRESS)
     knobs.add_argument("--verbose", action="store_true", help=argparse.SUPPRESS)
     knobs.add_argument("--network-interface", "--network-interfaces", dest="nics", help=argparse.SUPPRESS)
+    elastic = parser.add_argument_group("elastic runs (horovod_rs.runner.elastic.driver)")
+    elastic.add_argument("--min-np", "--min-num-proc", type=int, dest="min_num_proc",
+                         help="the fewest processes the job goes on with (an elastic run)")
+    elastic.add_argument("--max-np", "--max-num-proc", type=int, dest="max_num_proc",
+                         help="the most processes the job grows to")
+    elastic.add_argument("--host-discovery-script",
+                         help="prints the available hosts, one 'host' or 'host:slots' a line (an elastic run)")
+    elastic.add_argument("--slots", "--slots-per-host", type=int,
+                         help="slots of a host the discovery script prints without them (default 1)")
+    elastic.add_argument("--elastic-timeout", type=int,
+                         help="seconds to wait for min-np processes (default HOROVOD_ELASTIC_TIMEOUT or 600)")
+    elastic.add_argument("--reset-limit", type=int, help="the most new worlds the job forms after its first")
+    elastic.add_argument("--blacklist-cooldown-range", type=int, nargs=2, dest="cooldown_range",
+                         metavar=("LOWER", "UPPER"),
+                         help="seconds a failed host is set aside the first time (then doubling); default: for good")
     # Refused, naming why.
     knobs.add_argument("--mpi", action="store_true", dest="use_mpi", help=argparse.SUPPRESS)
-    knobs.add_argument("--min-np", "--min-num-proc", type=int, dest="min_num_proc", help=argparse.SUPPRESS)
-    knobs.add_argument("--max-np", "--max-num-proc", type=int, dest="max_num_proc", help=argparse.SUPPRESS)
-    knobs.add_argument("--host-discovery-script", help=argparse.SUPPRESS)
-    knobs.add_argument("--reset-limit", type=int, help=argparse.SUPPRESS)
     knobs.add_argument("--output-filename", help=argparse.SUPPRESS)
 
 
@@ -270,9 +289,10 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     with its rank. When a rank fails (an exception in ``func`` ends it with code 1) the others
     are stopped and ``RuntimeError`` names it. ``start_timeout`` bounds how long the ranks wait
     for each other at ``init()``. ``slots`` is the slots per host of ``hosts`` given without
-    them. Elastic runs (``host_discovery_script``, ``min_num_proc``/``max_num_proc``) and MPI
-    (``use_mpi``) are refused: horovod_rs's elastic runs are ``horovod_rs.spark.run_elastic``
-    and ``hvd.elastic.run``, and its engine needs no MPI. Gloo's, caching's and network
+    them. Elastic functions (``host_discovery_script``, ``min_num_proc``/``max_num_proc``) and
+    MPI (``use_mpi``) are refused: horovod_rs runs elastic scripts (``horovodrs
+    --host-discovery-script``) and elastic functions on Spark (``horovod_rs.spark.run_elastic``),
+    and its engine needs no MPI. Gloo's, caching's and network
     interfaces' settings are accepted and have nothing to set."""
     import warnings
 
@@ -314,9 +334,7 @@ def launch_ranks(num_proc, command, env=None, slots=None, ssh_port=None, ssh_ide
         "HOROVOD_RS_RENDEZVOUS": "%s:%d" % (here, service.port()),
     }
     base = dict(os.environ if env is None else env, HOROVOD_RS_SECRET=secret.hex(), **shared)
-    forwarded = {k: v for k, v in base.items()
-                 if (k.startswith(FORWARDED_PREFIXES) or k in FORWARDED_NAMES) and k not in NOT_FORWARDED}
-    processes, pumps = [], []
+    processes = []
     for rank, (host, local_rank, local_size, cross_rank) in enumerate(slots):
         variables = dict(shared, HOROVOD_RANK=str(rank), HOROVOD_LOCAL_RANK=str(local_rank),
                          HOROVOD_LOCAL_SIZE=str(local_size), HOROVOD_CROSS_RANK=str(cross_rank),
@@ -324,18 +342,8 @@ def launch_ranks(num_proc, command, env=None, slots=None, ssh_port=None, ssh_ide
                          # Horovod's: the rank's host as -H names it (which ranks share one, also
                          # for the engine); other ranks reach it at HOROVOD_RS_HOST.
                          HOROVOD_HOSTNAME=host, HOROVOD_RS_HOST=host if host in remote else here)
-        if host in remote:
-            p = subprocess.Popen(_ssh(host, ssh_port, ssh_identity_file, dict(forwarded, **variables), command),
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            p.stdin.write(secret.hex().encode() + b"\n")
-            p.stdin.flush()
-        else:
-            p = subprocess.Popen(command, env=dict(base, **variables), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        processes.append(p)
-        for stream, out, tag in ((p.stdout, sys.stdout, b"stdout"), (p.stderr, sys.stderr, b"stderr")):
-            t = threading.Thread(target=_pump, args=(stream, b"[%d]<%s>:" % (rank, tag), out), daemon=True)
-            t.start()
-            pumps.append(t)
+        processes.append(start_process(command, base, variables, host if host in remote else None, rank,
+                                       ssh_port, ssh_identity_file))
     code, failed_rank = 0, None
     try:
         while True:
@@ -351,10 +359,34 @@ def launch_ranks(num_proc, command, env=None, slots=None, ssh_port=None, ssh_ide
             time.sleep(0.05)
     finally:
         _stop(processes)
-        for t in pumps:
-            t.join(timeout=GRACE_S)
+        for p in processes:
+            for t in p.pumps:
+                t.join(timeout=GRACE_S)
         service.close()
     return code, failed_rank
+
+
+def start_process(command, base, variables, remote_host, label, ssh_port=None, ssh_identity_file=None):
+    """Starts ``command`` with ``base`` (which holds the job's secret) and ``variables`` in its
+    environment, here or over ssh on ``remote_host`` (then only ``variables`` and what
+    ``FORWARDED_PREFIXES``/``FORWARDED_NAMES`` name go along, the secret on ssh's standard input);
+    its output lines come out here prefixed ``[label]<stdout>:``. The ``Popen`` has the threads
+    that forward its output as ``pumps``."""
+    if remote_host is not None:
+        forwarded = {k: v for k, v in base.items()
+                     if (k.startswith(FORWARDED_PREFIXES) or k in FORWARDED_NAMES) and k not in NOT_FORWARDED}
+        p = subprocess.Popen(_ssh(remote_host, ssh_port, ssh_identity_file, dict(forwarded, **variables), command),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(base["HOROVOD_RS_SECRET"].encode() + b"\n")
+        p.stdin.flush()
+    else:
+        p = subprocess.Popen(command, env=dict(base, **variables), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.pumps = []
+    for stream, out, tag in ((p.stdout, sys.stdout, b"stdout"), (p.stderr, sys.stderr, b"stderr")):
+        t = threading.Thread(target=_pump, args=(stream, b"[%s]<%s>:" % (str(label).encode(), tag), out), daemon=True)
+        t.start()
+        p.pumps.append(t)
+    return p
 
 
 def _stop(processes):
@@ -388,6 +420,13 @@ def main(argv=None):
         signal.signal(signum, _exit_on)
     from horovod_rs.runner import launch
 
+    if launch._is_elastic(args.horovod):
+        try:
+            launch._run_elastic(args.horovod)
+        except (RuntimeError, ValueError) as e:
+            sys.stderr.write("horovodrs: %s\n" % e)
+            sys.exit(1)
+        sys.exit(0)
     env = dict(os.environ, **launch.ranks_environment(args.horovod))
-    code, _ = launch_ranks(args.num_proc, args.command, env=env, slots=args.slots, ssh_port=args.ssh_port)
+    code, _ = launch_ranks(args.num_proc, args.command, env=env, slots=args.placement, ssh_port=args.ssh_port)
     sys.exit(code)

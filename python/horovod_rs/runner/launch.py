@@ -1,5 +1,6 @@
 """Horovod's ``horovod.runner.launch``: ``_run(args)`` runs the job an ``_HorovodArgs`` describes,
-a command (as ``horovodrs`` does) or a function (``horovod_rs.run``'s)."""
+a command (as ``horovodrs`` does) or a function (``horovod_rs.run``'s); ``_run_elastic(args)`` an
+elastic one (a command); ``parse_args()`` reads ``horovodrun``'s command line into one."""
 
 import os
 import sys
@@ -10,10 +11,51 @@ from horovod_rs.runner import (_remote_hosts, _reachable_address, assign_slots, 
 from horovod_rs.runner.common.util.secret import make_secret_key
 
 
+def parse_args():
+    """``horovodrun``'s command line (``sys.argv``) as an ``_HorovodArgs``."""
+    from horovod_rs.runner import _parse
+
+    return _parse(sys.argv[1:]).horovod
+
+
+def _is_elastic(args):
+    return args.host_discovery_script is not None or args.min_num_proc is not None
+
+
+def _run_elastic(args):
+    """Runs the elastic job ``args`` describes (``horovod_rs.runner.elastic.driver``): its hosts
+    from ``args.host_discovery_script``, or the fixed ``args.hosts`` (at least two). Raises
+    ``RuntimeError`` when the job fails, with Horovod's messages."""
+    from horovod_rs.runner.elastic import discovery
+    from horovod_rs.runner.elastic.driver import ElasticDriver
+
+    refuse_what_does_not_apply(args, elastic=True)
+    if args.run_func is not None:
+        raise ValueError("horovod_rs.run runs no elastic function: run the script under horovodrs "
+                         "--host-discovery-script, or use horovod_rs.spark.run_elastic")
+    if args.host_discovery_script:
+        hosts = discovery.HostDiscoveryScript(args.host_discovery_script, args.slots)
+    elif args.hosts:
+        listed = parse_hosts(args.hosts)
+        if len(listed) < 2:
+            raise ValueError("Cannot run in fault tolerance mode with fewer than 2 hosts.")
+        hosts = discovery.FixedHosts(dict(listed))
+    else:
+        raise ValueError("One of --host-discovery-script, --hosts, or --hostnames must be provided")
+    start_timeout = args.start_timeout or int(os.environ.get("HOROVOD_START_TIMEOUT", "30"))
+    env = dict(os.environ, **ranks_environment(args))
+    ElasticDriver(discovery.HostManager(hosts, args.cooldown_range), list(args.command), env, args.num_proc,
+                  args.min_num_proc or args.num_proc, args.max_num_proc, start_timeout,
+                  elastic_timeout=args.elastic_timeout, reset_limit=args.reset_limit, ssh_port=args.ssh_port,
+                  ssh_identity_file=args.ssh_identity_file).run()
+
+
 def _run(args):
     """Runs ``args.run_func`` as ``args.num_proc`` ranks and returns their results in rank order,
     or ``args.command`` and returns None; raises ``RuntimeError`` naming the first rank that
-    failed, and ``ValueError`` for what horovod_rs does not run (elastic jobs, MPI, output files)."""
+    failed, and ``ValueError`` for what horovod_rs does not run (MPI, output files, elastic functions)."""
+    if _is_elastic(args):
+        return _run_elastic(args)
     refuse_what_does_not_apply(args)
     slots = _slots(args)
     secret = make_secret_key()
@@ -71,22 +113,21 @@ def _run_func(args, slots, secret, env):
 
 
 def _raise_for(code, failed):
+    """Horovod's error for a job whose process ``failed`` (its rank, or its name) exited with ``code``."""
     if code != 0:
         raise RuntimeError("Horovod detected that one or more processes exited with non-zero status, thus causing "
-                           "the job to be terminated. The first process to do so was:\nProcess name: %d\n"
+                           "the job to be terminated. The first process to do so was:\nProcess name: %s\n"
                            "Exit code: %d" % (failed, code))
 
 
-def refuse_what_does_not_apply(args):
+def refuse_what_does_not_apply(args, elastic=False):
     num_proc = args.num_proc
     if args.use_mpi:
         raise ValueError("use_mpi: horovod_rs runs its ranks without MPI (its engine connects them itself); "
                          "leave use_mpi unset")
-    if args.host_discovery_script is not None or args.reset_limit is not None or \
-            (args.min_num_proc or num_proc) != num_proc or (args.max_num_proc or num_proc) != num_proc:
-        raise ValueError("horovod_rs runs no elastic job from here (host_discovery_script, min_num_proc, "
-                         "max_num_proc, reset_limit): use horovod_rs.spark.run_elastic, or hvd.elastic.run "
-                         "inside a fixed set of ranks")
+    if not elastic and (args.reset_limit is not None or (args.max_num_proc or num_proc) != num_proc):
+        raise ValueError("reset_limit and max_num_proc are an elastic job's: give min_num_proc or "
+                         "host_discovery_script too")
     if args.output_filename is not None:
         raise ValueError("output_filename is not supported: every rank's output comes out here, prefixed with "
                          "its rank")

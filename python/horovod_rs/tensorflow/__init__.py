@@ -10,6 +10,7 @@ import zlib
 
 import tensorflow as tf
 
+from horovod_rs.common import basics
 from horovod_rs.tensorflow import elastic  # noqa: F401  (Horovod's API)
 from horovod_rs.tensorflow.compression import Compression
 from horovod_rs.tensorflow.functions import (  # noqa: F401  (Horovod's API)
@@ -177,7 +178,9 @@ def _gradient_allreduce(compression, sparse_as_dense, op, gradient_predivide_fac
         if sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         present = [i for i, g in enumerate(grads) if g is not None]
-        if process_set.size() == 1 or not process_set.included() or not present:
+        # (An elastic job's traced step keeps its exchange at one rank: the world may grow.)
+        alone = process_set.size() == 1 and basics.elastic_member() is None
+        if alone or not process_set.included() or not present:
             return list(grads)
         reduced = _fused_allreduce([grads[i] for i in present], compression, op, prescale, postscale,
                                    process_set, name)

@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.elastic``: elastic jobs' coordinator, host discovery and driver."""
