@@ -99,6 +99,19 @@ def test_a_job_whose_every_process_fails_ends_with_horovods_message(tmp_path):
     assert epochs == []
 
 
+def test_an_elastic_function_returns_its_last_worlds_results_in_rank_order(tmp_path):
+    import horovod_rs
+
+    def fn(base):
+        import horovod_rs.torch as hvd
+
+        hvd.init()
+        return base + hvd.rank()
+
+    discover = write_script(tmp_path, "discover.sh", "#!/bin/sh\necho localhost:2\n", executable=True)
+    assert horovod_rs.run(fn, args=(10,), num_proc=2, min_num_proc=2, host_discovery_script=discover) == [10, 11]
+
+
 def test_elastic_options_are_checked_before_anything_starts(tmp_path):
     for options, why in ((["--reset-limit", "1"], "an elastic job's"),
                          (["--min-np", "2", "-H", "localhost:2"], "fewer than 2 hosts"),

@@ -59,9 +59,8 @@ def test_a_rank_that_exits_without_returning_is_named():
         horovod_rs.run(fn, num_proc=2)
 
 
-@pytest.mark.parametrize("options", [{"use_mpi": True}, {"host_discovery_script": "discover.sh"},
-                                     {"min_num_proc": 1}, {"hosts": "a:1", "hostfile": "hosts"},
-                                     {"output_filename": "out"}])
+@pytest.mark.parametrize("options", [{"use_mpi": True}, {"min_num_proc": 1}, {"hosts": "a:1", "hostfile": "hosts"},
+                                     {"output_filename": "out"}, {"reset_limit": 2}])
 def test_what_horovod_rs_does_not_run_is_refused_before_anything_starts(options):
     with pytest.raises(ValueError):
         horovod_rs.run(lambda: None, num_proc=2, **options)

@@ -4,9 +4,10 @@ Which job ``init()`` joins, in order: the job of the Spark task this process run
 ``horovod_rs.spark.run`` or of an estimator joins it when it starts, ``join_task``; a task of
 ``run_elastic`` joins the world its coordinator gives it, ``join_elastic_task``); else the job
 the launcher (``horovodrs``) describes in the environment (an elastic one's: the worlds of its
-coordinator); else a job of one process, as in Horovod. Inside a Spark task ``init()`` never starts another job: when the task's job has
-stopped because a rank failed, it fails naming that rank; when ranks only finished, the world
-stays the job's (their collectives, not ``init()``, fail).
+coordinator); else a job of one process, as in Horovod. Inside a Spark task ``init()`` never
+starts another job: when the task's job has stopped because a rank failed, it fails naming that
+rank; when ranks only finished, the world stays the job's (their collectives, not ``init()``,
+fail).
 """
 
 import json

@@ -289,10 +289,9 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     with its rank. When a rank fails (an exception in ``func`` ends it with code 1) the others
     are stopped and ``RuntimeError`` names it. ``start_timeout`` bounds how long the ranks wait
     for each other at ``init()``. ``slots`` is the slots per host of ``hosts`` given without
-    them. Elastic functions (``host_discovery_script``, ``min_num_proc``/``max_num_proc``) and
-    MPI (``use_mpi``) are refused: horovod_rs runs elastic scripts (``horovodrs
-    --host-discovery-script``) and elastic functions on Spark (``horovod_rs.spark.run_elastic``),
-    and its engine needs no MPI. Gloo's, caching's and network
+    them. With ``host_discovery_script`` or ``min_num_proc`` the job is elastic, as ``horovodrs``
+    runs it (``horovod_rs.runner.elastic.driver``), and the results are those of its last world's
+    ranks. MPI (``use_mpi``) is refused: the engine needs none. Gloo's, caching's and network
     interfaces' settings are accepted and have nothing to set."""
     import warnings
 

@@ -24,15 +24,15 @@ def _is_elastic(args):
 
 def _run_elastic(args):
     """Runs the elastic job ``args`` describes (``horovod_rs.runner.elastic.driver``): its hosts
-    from ``args.host_discovery_script``, or the fixed ``args.hosts`` (at least two). Raises
+    from ``args.host_discovery_script``, or the fixed ``args.hosts`` (at least two); a command, or
+    a function whose results (one per rank of the last world, in rank order) it returns. Raises
     ``RuntimeError`` when the job fails, with Horovod's messages."""
+    import cloudpickle
+
     from horovod_rs.runner.elastic import discovery
     from horovod_rs.runner.elastic.driver import ElasticDriver
 
     refuse_what_does_not_apply(args, elastic=True)
-    if args.run_func is not None:
-        raise ValueError("horovod_rs.run runs no elastic function: run the script under horovodrs "
-                         "--host-discovery-script, or use horovod_rs.spark.run_elastic")
     if args.host_discovery_script:
         hosts = discovery.HostDiscoveryScript(args.host_discovery_script, args.slots)
     elif args.hosts:
@@ -44,16 +44,49 @@ def _run_elastic(args):
         raise ValueError("One of --host-discovery-script, --hosts, or --hostnames must be provided")
     start_timeout = args.start_timeout or int(os.environ.get("HOROVOD_START_TIMEOUT", "30"))
     env = dict(os.environ, **ranks_environment(args))
-    ElasticDriver(discovery.HostManager(hosts, args.cooldown_range), list(args.command), env, args.num_proc,
-                  args.min_num_proc or args.num_proc, args.max_num_proc, start_timeout,
-                  elastic_timeout=args.elastic_timeout, reset_limit=args.reset_limit, ssh_port=args.ssh_port,
-                  ssh_identity_file=args.ssh_identity_file).run()
+    secret = make_secret_key()
+    server = None
+    if args.run_func is not None:
+        from horovod_rs.runner.task_data import TaskDataServer
+
+        # (Results are kept by the rank that sends them: any rank of any world the job forms.)
+        server = TaskDataServer(secret, cloudpickle.dumps(args.run_func), 1 << 20,
+                                host=_reachable_address(_remote_hosts([(h, 0, 1, 0) for h in _hosts_named(args)])))
+        command = [args.executable or sys.executable, "-m", "horovod_rs.runner.run_task",
+                   "%s:%d" % (server.host(), server.port())]
+    else:
+        command = list(args.command)
+    driver = ElasticDriver(discovery.HostManager(hosts, args.cooldown_range), command, env, args.num_proc,
+                           args.min_num_proc or args.num_proc, args.max_num_proc, start_timeout, secret,
+                           elastic_timeout=args.elastic_timeout, reset_limit=args.reset_limit,
+                           ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file)
+    try:
+        driver.run()
+        if server is None:
+            return None
+        results = server.results()
+    finally:
+        if server is not None:
+            server.close()
+    size = driver.worlds[-1] if driver.worlds else len(results)
+    missing = [rank for rank in range(size) if rank not in results]
+    if missing:
+        raise RuntimeError("rank%s %s of the last world ended without a result" % ("s" if len(missing) > 1 else "",
+                                                                                 ", ".join(map(str, missing))))
+    return [cloudpickle.loads(results[rank]) for rank in range(size)]
+
+
+def _hosts_named(args):
+    """The hosts ``args`` names up front (``hosts``), for the address the ranks reach this process
+    at; a discovery script's hosts come later (they reach it on their route to it)."""
+    return [host for host, _ in parse_hosts(args.hosts)] if args.hosts else []
 
 
 def _run(args):
     """Runs ``args.run_func`` as ``args.num_proc`` ranks and returns their results in rank order,
     or ``args.command`` and returns None; raises ``RuntimeError`` naming the first rank that
-    failed, and ``ValueError`` for what horovod_rs does not run (MPI, output files, elastic functions)."""
+    failed, and ``ValueError`` for what horovod_rs does not run (MPI, output files). An elastic job
+    (``host_discovery_script``, ``min_num_proc``) runs as ``_run_elastic``."""
     if _is_elastic(args):
         return _run_elastic(args)
     refuse_what_does_not_apply(args)

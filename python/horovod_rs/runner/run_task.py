@@ -12,10 +12,14 @@ from horovod_rs.runner.task_data import fetch_call, send_result
 
 
 def main(address):
+    from horovod_rs.common import basics
+
     secret = bytes.fromhex(os.environ["HOROVOD_RS_SECRET"])
     func = cloudpickle.loads(fetch_call(address, secret))
     result = func()
-    send_result(address, secret, int(os.environ["HOROVOD_RANK"]), cloudpickle.dumps(result))
+    # The rank in the job's world (in an elastic job, its last one's), else the one it started as.
+    rank = basics.rank() if basics.is_initialized() else int(os.environ["HOROVOD_RANK"])
+    send_result(address, secret, rank, cloudpickle.dumps(result))
 
 
 if __name__ == "__main__":

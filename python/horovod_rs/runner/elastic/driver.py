@@ -48,12 +48,11 @@ class _Process:
 
 class ElasticDriver:
     """Runs ``command`` as an elastic job over the hosts ``discovery`` finds (a ``HostManager``'s
-    discovery). ``run()`` returns when the job succeeded and raises ``RuntimeError`` when it failed."""
+    discovery). ``run()`` returns when the job succeeded and raises ``RuntimeError`` when it failed.
+    ``secret``: the job's, which every process gets."""
 
-    def __init__(self, host_manager, command, env, num_proc, min_num_proc, max_num_proc, start_timeout,
+    def __init__(self, host_manager, command, env, num_proc, min_num_proc, max_num_proc, start_timeout, secret,
                  elastic_timeout=None, reset_limit=None, ssh_port=None, ssh_identity_file=None):
-        from horovod_rs.runner.common.util.secret import make_secret_key
-
         self._hosts = host_manager
         self._command, self._env = command, env
         self._num_proc, self._min_np = num_proc, min_num_proc
@@ -62,7 +61,7 @@ class ElasticDriver:
         self._elastic_timeout = elastic_timeout if elastic_timeout is not None else \
             int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_SECS))
         self._ssh_port, self._ssh_identity_file = ssh_port, ssh_identity_file
-        self._token, self._secret = secrets.token_hex(16), make_secret_key()
+        self._token, self._secret = secrets.token_hex(16), secret
         self._coordinator = Coordinator(self._token, num_proc, min_num_proc, max_num_proc or 1 << 30,
                                         start_timeout, self._elastic_timeout, reset_limit, not_started=NOT_STARTED)
         self._slots = {}  # (host, local rank) -> slot number, kept for the job's life
@@ -72,6 +71,11 @@ class ElasticDriver:
         self._first_failure = None  # (process name, exit code)
         self._short_since = None  # since when fewer than min_num_proc slots are available
         self._timed_out = None
+
+    @property
+    def worlds(self):
+        """The size of every world the job formed, in order."""
+        return list(self._coordinator.worlds)
 
     def run(self):
         try:
@@ -126,6 +130,7 @@ class ElasticDriver:
         return True
 
     def _wait_for_available_slots(self):
+        """Waits for ``num_proc`` slots (``-np``) before the job starts, as Horovod does."""
         from horovod_rs.runner import gloo_run
 
         deadline = time.time() + self._elastic_timeout
@@ -133,13 +138,13 @@ class ElasticDriver:
         while True:
             self._hosts.update_available_hosts()
             available = self._hosts.current_hosts
-            if sum(slots for _, slots in available) >= self._min_np and len(available) >= min_hosts:
+            if sum(slots for _, slots in available) >= self._num_proc and len(available) >= min_hosts:
                 return
             if time.time() >= deadline:
                 raise RuntimeError("Timed out waiting for minimum number of slots to become available. Please check "
                                    "that you have enough resources to run at least %d Horovod processes: the "
                                    "discovery offers %s after %g s (elastic_timeout)"
-                                   % (self._min_np, available, self._elastic_timeout))
+                                   % (self._num_proc, available, self._elastic_timeout))
             time.sleep(DISCOVER_HOSTS_FREQUENCY_SECS)
 
     def _discover(self):
