@@ -183,7 +183,8 @@ def _launched_elastic_member(env):
 
     member = Member(env["HOROVOD_RS_ELASTIC_COORDINATOR"], env["HOROVOD_RS_ELASTIC_TOKEN"],
                     int(env["HOROVOD_RS_ELASTIC_SLOT"]), int(env["HOROVOD_RS_ELASTIC_ATTEMPT"]),
-                    bytes.fromhex(env["HOROVOD_RS_SECRET"]), None, None, launched=True)
+                    bytes.fromhex(env["HOROVOD_RS_SECRET"]), None, None, launched=True,
+                    label="%s[%s]" % (env.get("HOROVOD_HOSTNAME"), env.get("HOROVOD_LOCAL_RANK")))
     member.finish_at_exit()
     return member
 

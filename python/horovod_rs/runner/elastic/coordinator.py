@@ -474,7 +474,7 @@ class Member:
     """A task's side: its connection to the coordinator, and the worlds it joins
     (``next_world``, which ``hvd.init()`` calls inside the task)."""
 
-    def __init__(self, address, token, slot, attempt, secret, fields, env, launched=False):
+    def __init__(self, address, token, slot, attempt, secret, fields, env, launched=False, label=None):
         self.slot, self._secret, self._fields = slot, secret, fields
         self.env = env
         self.launched = launched  # a process horovodrs started, not a Spark task
@@ -488,7 +488,8 @@ class Member:
         self._notice = None  # (generation, timestamp, HostUpdateResult): the last word that the world should change
         self._generation = -1
         self._closed = False
-        send_hello(self._connection, token, slot, attempt, self.host)
+        # How the coordinator's errors name this task: its address, or the launcher's host[local rank].
+        send_hello(self._connection, token, slot, attempt, label or self.host)
         threading.Thread(target=self._read, name="horovod_rs-elastic-member", daemon=True).start()
 
     def _read(self):
