@@ -49,9 +49,11 @@ def _run_elastic(args):
     if args.run_func is not None:
         from horovod_rs.runner.task_data import TaskDataServer
 
-        # (Results are kept by the rank that sends them: any rank of any world the job forms.)
+        # The ranks reach this process on its route to the hosts -H names, or to those the
+        # discovery offers now. (Results are kept by the rank that sends them: any world's.)
+        named = [h for h, _ in parse_hosts(args.hosts)] if args.hosts else list(hosts.find_available_hosts_and_slots())
         server = TaskDataServer(secret, cloudpickle.dumps(args.run_func), 1 << 20,
-                                host=_reachable_address(_remote_hosts([(h, 0, 1, 0) for h in _hosts_named(args)])))
+                                host=_reachable_address(_remote_hosts([(h, 0, 1, 0) for h in named])))
         command = [args.executable or sys.executable, "-m", "horovod_rs.runner.run_task",
                    "%s:%d" % (server.host(), server.port())]
     else:
@@ -74,12 +76,6 @@ def _run_elastic(args):
         raise RuntimeError("rank%s %s of the last world ended without a result" % ("s" if len(missing) > 1 else "",
                                                                                  ", ".join(map(str, missing))))
     return [cloudpickle.loads(results[rank]) for rank in range(size)]
-
-
-def _hosts_named(args):
-    """The hosts ``args`` names up front (``hosts``), for the address the ranks reach this process
-    at; a discovery script's hosts come later (they reach it on their route to it)."""
-    return [host for host, _ in parse_hosts(args.hosts)] if args.hosts else []
 
 
 def _run(args):
