@@ -203,9 +203,14 @@ LOOPBACK_NAMES = {"localhost", "127.0.0.1"}
 
 
 def _remote_hosts(slots):
-    """The hosts of ``slots`` that are not this one (``getfqdn`` may ask DNS: only asked when -H
-    names hosts other than loopback, once per job)."""
-    hosts = {host for host, _, _, _ in slots} - LOOPBACK_NAMES
+    """The hosts of ``slots`` that are not this one."""
+    return remote_host_names(host for host, _, _, _ in slots)
+
+
+def remote_host_names(names):
+    """The host ``names`` that are not this one (``getfqdn`` may ask DNS: only asked when they
+    name hosts other than loopback)."""
+    hosts = set(names) - LOOPBACK_NAMES
     if hosts:
         hosts -= {socket.gethostname(), socket.getfqdn()}
     return sorted(hosts)

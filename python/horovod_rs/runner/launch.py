@@ -7,7 +7,7 @@ import sys
 
 from horovod_rs.common.util import gloo_built, mpi_built  # noqa: F401  (Horovod's names here, which tests patch)
 from horovod_rs.runner import (_remote_hosts, _reachable_address, assign_slots, launch_ranks, local_slots,
-                               parse_hostfile, parse_hosts)
+                               parse_hostfile, parse_hosts, remote_host_names)
 from horovod_rs.runner.common.util.secret import make_secret_key
 
 
@@ -53,7 +53,7 @@ def _run_elastic(args):
         # discovery offers now. (Results are kept by the rank that sends them: any world's.)
         named = [h for h, _ in parse_hosts(args.hosts)] if args.hosts else list(hosts.find_available_hosts_and_slots())
         server = TaskDataServer(secret, cloudpickle.dumps(args.run_func), 1 << 20,
-                                host=_reachable_address(_remote_hosts([(h, 0, 1, 0) for h in named])))
+                                host=_reachable_address(remote_host_names(named)))
         command = [args.executable or sys.executable, "-m", "horovod_rs.runner.run_task",
                    "%s:%d" % (server.host(), server.port())]
     else:

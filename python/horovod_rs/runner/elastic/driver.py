@@ -71,6 +71,7 @@ class ElasticDriver:
         self._first_failure = None  # (process name, exit code)
         self._short_since = None  # since when fewer than min_num_proc slots are available
         self._timed_out = None
+        self._planned = []  # the last plan: [(slot, its process's start)]
 
     @property
     def worlds(self):
@@ -196,16 +197,19 @@ class ElasticDriver:
             if key not in running and key not in self._done:
                 self._start(rank, key[0], key[1], assignment)
         started = {(p.host, p.local_rank): p.started for p in self._processes if not p.stopped}
-        self._coordinator.plan([(self._slots[key], started[key]) for key in assignment if key in started])
-        if notice:
+        planned = [(self._slots[key], started[key]) for key in assignment if key in started]
+        self._coordinator.plan(planned)
+        # A change that leaves the world as it is (a host past max_num_proc) resets nothing, as in Horovod.
+        if notice and planned != self._planned:
             self._coordinator.notify(notice)
+        self._planned = planned
 
     def _start(self, rank, host, local_rank, assignment):
         from horovod_rs import runner
 
         slot = self._slots.setdefault((host, local_rank), len(self._slots))
         attempt = self._attempts[slot] = self._attempts.get(slot, -1) + 1
-        remote = _is_remote(host)
+        remote = bool(runner.remote_host_names([host]))
         here = runner._address_towards(host) if remote else "127.0.0.1"
         hosts = [h for h, _ in assignment]
         variables = {
@@ -230,10 +234,3 @@ class ElasticDriver:
         from horovod_rs import runner
 
         runner._stop([p.popen for p in processes])
-
-
-def _is_remote(host):
-    from horovod_rs import runner
-
-    return bool(runner._remote_hosts([(host, 0, 1, 0)]))
-
