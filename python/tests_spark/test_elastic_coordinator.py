@@ -294,3 +294,27 @@ def test_worlds_that_cannot_rendezvous_again_and_again_end_the_job_with_the_erro
     assert str(outcome["error"]) == ("3 worlds in a row could not rendezvous: rank 0 of 2: connection refused; "
                                      "rank 1 of 2: timed out")
     coord.close()
+
+
+def test_a_member_that_closes_is_gone_for_the_coordinator_while_its_process_lives(monkeypatch):
+    # A coordinator in the cluster lingers until no task is connected; a Spark task's Python
+    # worker outlives the task, so the member's close() itself must end the connection.
+    import time
+
+    from horovod_rs.runner.elastic import coordinator as module
+
+    monkeypatch.setattr(module, "LINGER_S", 0.5)
+    coord = coordinator(num_proc=1)
+    member = module.Member("127.0.0.1:%d" % coord.port, TOKEN, 0, 0, secret=b"", fields=None, env={})
+    try:
+        deadline = time.time() + 30
+        while not coord._workers and time.time() < deadline:
+            time.sleep(0.05)
+        assert coord._workers
+    finally:
+        member.close()
+    started = time.time()
+    coord.linger()
+    coord.close()
+    # Before, the connection stayed open until the process exited (linger: its 600 s maximum).
+    assert time.time() - started < 60

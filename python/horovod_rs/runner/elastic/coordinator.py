@@ -588,4 +588,10 @@ class Member:
             return None
 
     def close(self):
+        # The reader thread is blocked in recv(), which keeps a merely closed socket open (the
+        # coordinator would see this task connected until its process exits): shut it down first.
+        try:
+            self._connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._connection.close()
