@@ -6,6 +6,7 @@ Connect client's job has it)."""
 
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -13,6 +14,7 @@ import cloudpickle
 import pytest
 
 import horovod_rs.spark
+from horovod_rs.spark.common.output import OutputServer
 
 # The training functions below run on the executors, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -57,6 +59,7 @@ def counting(steps, kill_at, marker, until_regrown=False, fail_at=None, fail_mar
                         fail_marker and os.path.exists(fail_marker)):
                     if fail_marker:
                         open(fail_marker, "w").close()
+                    print("rank 0 gives up at step %d" % state.step, flush=True)
                     raise ValueError("rank 0 gives up at step %d" % state.step)
                 if state.step == kill_at and hvd.rank() == hvd.size() - 1 and not os.path.exists(marker):
                     with open(marker, "w") as f:
@@ -152,15 +155,27 @@ def test_without_a_loss_it_returns_every_ranks_result_in_rank_order(spark, coord
 
 
 def test_a_ranks_own_exception_fails_its_task_which_spark_runs_again_and_the_job_goes_on(spark, coordinator_at,
-                                                                                         tmp_path, capsys):
+                                                                                         tmp_path, capsys,
+                                                                                         monkeypatch):
     # As Horovod's test_happy_run_elastic_fault_tolerant: the others go on from their last commit,
     # with the rank whose task Spark ran again.
+    refusing = socket.socket()
+    refusing.bind(("0.0.0.0", 0))  # bound, never listening: a connection to it is refused
+    if coordinator_at == "cluster":
+        # As from a client the executors cannot reach (Databricks serverless compute): the ranks'
+        # output comes back with the job's end, the failed attempt's too (it returns no row).
+        monkeypatch.setattr(OutputServer, "port", property(lambda server: refusing.getsockname()[1]))
     marker = str(tmp_path / "failed")
-    results = horovod_rs.spark.run_elastic(counting(8, -1, str(tmp_path / "none"), fail_at=3, fail_marker=marker),
-                                           num_proc=3)
+    try:
+        results = horovod_rs.spark.run_elastic(counting(8, -1, str(tmp_path / "none"), fail_at=3,
+                                                        fail_marker=marker), num_proc=3)
+    finally:
+        refusing.close()
     assert os.path.exists(marker)
     assert results == [(8, [3] * 8)] * 3  # every step once, in worlds of 3
-    assert "run_elastic: the world's sizes, in turn: 3 -> 3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "run_elastic: the world's sizes, in turn: 3 -> 3" in out
+    assert "rank 0 gives up at step 3" in out
 
 
 def test_a_ranks_exception_that_repeats_ends_the_job_at_its_reset_limit_naming_it(spark, coordinator_at, tmp_path):

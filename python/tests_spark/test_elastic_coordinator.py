@@ -209,6 +209,7 @@ def test_a_failed_rank_is_restarted_when_the_others_go_on_and_its_new_task_joins
     a.join()  # its hvd.elastic.run caught the failed collective
     kind, failure = b.next()
     assert kind == "restart" and "rank 1 of 2 failed:" in failure and "rank 1 gives up" in failure
+    send_message(b.connection, ("output", "stdout\tbefore giving up"))  # its attempt returns no row
     b.die()  # its task raised
     retried = FakeTask(coord, 1, attempt=1)
     retried.join()
@@ -218,6 +219,7 @@ def test_a_failed_rank_is_restarted_when_the_others_go_on_and_its_new_task_joins
     retried.done("b")
     thread.join(10)
     assert results(outcome) == ["a", "b"] and coord.worlds == [2, 2]
+    assert coord.kept_output() == [(1, "stdout\tbefore giving up")]
     coord.close()
 
 
@@ -318,3 +320,24 @@ def test_a_member_that_closes_is_gone_for_the_coordinator_while_its_process_live
     coord.close()
     # Before, the connection stayed open until the process exited (linger: its 600 s maximum).
     assert time.time() - started < 60
+
+
+def test_a_verdict_carries_the_output_of_the_tasks_spark_ran_again():
+    # A coordinator in the cluster: the client learns the job's outcome from the tasks' rows, and
+    # a task that Spark runs again returns none.
+    coord = Coordinator(TOKEN, 2, 2, 2, 60, 60, None, verdicts=True)
+    thread, outcome = waiting(coord)
+    a, b = in_first_world(coord)
+    b.fail("rank 1 gives up")
+    a.join()
+    assert b.next()[0] == "restart"
+    send_message(b.connection, ("output", "stderr\tTraceback ..."))
+    b.die()
+    retried = FakeTask(coord, 1, attempt=1)
+    retried.join()
+    a.next(), retried.next()
+    a.done("a")
+    retried.done("b")
+    assert a.next() == ("exit", ("ok", [(0, 0), (1, 1)], [2, 2], [(1, "stderr\tTraceback ...")]))
+    thread.join(10)
+    coord.close()

@@ -162,6 +162,8 @@ class Coordinator:
         self._result = self._error = None
         self._last_failure = None  # the last rank's own failure the job went on after, for its errors
         self.worlds = []  # the size of every world formed, in order
+        # What the tasks Spark runs again left unprinted ([(slot, output)]): their rows never reach the client.
+        self._kept_output = []
         self._plan = None  # a launcher's: the slots the next world waits for, in its order
         self._listener = socket.create_server(("0.0.0.0", 0), backlog=128)
         self._closed = False
@@ -216,13 +218,14 @@ class Coordinator:
 
     def _exit_message_locked(self):
         """What a task is told when the job has ended: with the verdict (``("ok", the (slot, attempt)
-        of each rank's task in rank order, world sizes)`` or ``("error", message)``) when the tasks
-        carry it back; each task carries its own result."""
+        of each rank's task in rank order, world sizes, kept output)`` or ``("error", message, kept
+        output)``) when the tasks carry it back; each task carries its own result."""
         if not self._verdicts:
             return ("exit", None)
         if self._error is not None:
-            return ("exit", ("error", str(self._error)))
-        return ("exit", ("ok", [(w.slot, w.attempt) for w in self._members], list(self.worlds)))
+            return ("exit", ("error", str(self._error), list(self._kept_output)))
+        return ("exit", ("ok", [(w.slot, w.attempt) for w in self._members], list(self.worlds),
+                         list(self._kept_output)))
 
     # What a launcher that plans the worlds says (``horovodrs``'s elastic driver) ---------------
 
@@ -240,6 +243,12 @@ class Coordinator:
         next commit raises ``HostsUpdatedInterrupt``."""
         with self._lock:
             self._notify_locked(update)
+
+    def kept_output(self):
+        """What the tasks that Spark ran again did not get to print: ``[(slot, output)]``, in
+        ``forward_output.undelivered``'s form."""
+        with self._lock:
+            return list(self._kept_output)
 
     def finished(self):
         """Whether the job has its results or its error."""
@@ -284,6 +293,8 @@ class Coordinator:
                     worker.outcome = None
                 elif message[0] == "done":
                     worker.outcome = message[1]
+                elif message[0] == "output":
+                    self._kept_output.append((worker.slot, message[1]))
                 self._step_locked()
                 self._lock.notify_all()
             if message is None:
@@ -552,6 +563,15 @@ class Member:
     def finish(self, ok, payload):
         """Reports this task's outcome to the coordinator."""
         send_message(self._connection, ("done", (ok, payload)))
+
+    def keep_output(self, undelivered):
+        """Leaves what this task could not print with the coordinator, which hands it to the
+        client with the job's verdict (a task Spark runs again returns no row)."""
+        if undelivered:
+            try:
+                send_message(self._connection, ("output", undelivered))
+            except OSError:
+                pass  # the coordinator is gone: the job ended, and the lines stay in the executor's log
 
     def finish_at_exit(self):
         """For a process ``horovodrs`` started: reports its end as a success when the interpreter

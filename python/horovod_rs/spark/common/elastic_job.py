@@ -102,6 +102,7 @@ def _coordinated_here(stage, config, here):
     except ElasticJobError as e:
         raise HorovodRunError(str(e)) from None
     finally:
+        stage.replay(coordinator.kept_output())
         coordinator.close()
         # When every task of the stage is a member, they all end right after their results: let
         # them, and keep their workers (tasks still waiting for a slot would never end).
@@ -122,6 +123,9 @@ def _coordinated_in_cluster(stage, config, driver_host):
     stage.start(address, verdicts=True)
     rows = stage.wait()
     verdict = next((pickle.loads(row["verdict"]) for row in rows if row["verdict"] is not None), None)
+    # The output of tasks Spark ran again (kept by the coordinator) came before the rows'.
+    stage.replay(verdict[-1] if verdict is not None else [])
+    stage.replay([(row["slot"], row["output"]) for row in rows])
     if verdict is None:
         unreachable = sorted({row["unreachable"] for row in rows if row["unreachable"]})
         raise HorovodRunError(
@@ -187,10 +191,9 @@ class _Stage:
         return ElasticJobError("Spark ended the elastic job's stage:\n%s" % spark_failure_text(self._failure))
 
     def wait(self):
-        """The stage's rows once every task returned (the output the client did not get live
-        printed); a ``HorovodRunError`` when Spark ended the stage. Ctrl-C cancels it."""
+        """The stage's rows once every task returned; a ``HorovodRunError`` when Spark ended the
+        stage. Ctrl-C cancels it."""
         from horovod_rs.spark.common.job import HorovodRunError
-        from horovod_rs.spark.common.output import replay
 
         try:
             while self._thread.is_alive():
@@ -199,10 +202,15 @@ class _Stage:
             self.stop()
         if self._failure is not None:
             raise HorovodRunError(str(self.failure())) from None
-        for row in self._rows:
-            if row["output"]:
-                replay(self._output, row["slot"], row["output"])
         return self._rows
+
+    def replay(self, outputs):
+        """Prints what tasks could not print live: ``[(slot, undelivered output)]``."""
+        from horovod_rs.spark.common.output import replay
+
+        for slot, undelivered in outputs:
+            if undelivered:
+                replay(self._output, slot, undelivered)
 
     def stop(self, grace_s=0.0):
         """Cancels what is left of the stage (tasks Spark still retries or schedules), after up to
@@ -314,6 +322,7 @@ class _Task:
                 member.finish(*outcome)
                 heard = member.word_after_outcome() if self.verdicts or not outcome[0] else None
                 if heard is not None and heard[0] == "restart":
+                    member.keep_output(output.undelivered())  # this attempt returns no row
                     raise TaskRestarted(heard[1])
                 verdict = heard[1] if heard is not None and self.verdicts else None
                 if self.verdicts and outcome[0]:
