@@ -93,13 +93,15 @@ lane-installs lane-builds: lane-%:
 # What make test leaves out for CI's time, each a line or a size that make test covers on another:
 # Spark 3.5's JVM integration tests and Connect run, the Scala script on both lines (spark-shell
 # with the jar; the newest line's estimator is fitted from the JVM by its integration tests),
-# the slow PySpark examples, the TensorFlow API on Keras 2 and with 3 processes, and the Rossmann
+# the slow PySpark examples, Horovod's PyTorch API with 2 processes, the TensorFlow API on Keras 2
+# and with 3 processes, and the Rossmann
 # Flyte workflow (a Spark application of its own, about 3 minutes; the KerasEstimator it fits,
 # with Rossmann's custom objects and BestModelCheckpoint, is the PySpark tests').
 .PHONY: test-matrix
 test-matrix:
 	$(MAKE) --no-print-directory integration-test-$(LINE_35) scala-example pyspark-connect-test-$(LINE_35) pyspark-slow-test \
 	  flyte-test
+	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 	TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
 
@@ -342,14 +344,14 @@ $(VENV)/.horovod_rs: $(PY_SOURCES) | $(VENV)/.pyspark-$(PYSPARK_VERSION)
 
 # vermin: horovod_rs's Python sources need nothing newer than Python 3.10 (its oldest wheel's);
 # then the Spark side's unit tests (and horovod_rs's refusal of an older Python);
-# Horovod's PyTorch API under the launcher with 2 and 3 processes, the launcher
+# Horovod's PyTorch API under the launcher with 3 processes (an odd world; the Spark suites' jobs
+# run 2 ranks, and make test-matrix runs this one with 2 too), the launcher
 # itself, a Horovod-style training script (exits 1 below 90% accuracy), the tf.keras API with 2
 # processes on Keras 3 and on Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1), and the TensorFlow API
 # with 2 (on Keras 2 and with 3 processes: make test-matrix).
 python-test: $(VENV)/.horovod_rs $(VENV)/.torch $(VENV)/.tensorflow $(VENV)/.pytest $(VENV)/.vermin
 	$(VENV)/bin/vermin --target=3.10- --no-tips --violations python/horovod_rs
 	$(VENV)/bin/pytest -q -p no:cacheprovider python/tests_spark
-	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	$(VENV)/bin/horovodrs -np 3 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_launcher
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) examples/pytorch/train_generated.py --epochs 2 --fp16-allreduce
