@@ -218,11 +218,14 @@ public class HorovodEstimatorIT {
      * but the second attempt does not wait for it: spark.horovod.rs.fitMinProcesses=1 (LocalCluster)
      * lets it run on the one slot left, and it stops after the epoch in which the driver sees the
      * new executor, so that a third attempt runs the rest on both slots. The fit is long enough
-     * for local-cluster's restart to land well within the second attempt: its epochs take about
-     * 0.17 s, so the one rank left would train for about 50 s, and the executor is back after
-     * 5-6 s on a loaded 2-core host.
+     * for local-cluster's restart to land well within the second attempt: on the regression rows
+     * four times over with Horovod's default steps (the rows over the ranks' batches), the one rank
+     * left would train for about 60 s (0.4 s an epoch), and the executor is back after 8-10 s on a
+     * loaded 2-core host; both ranks take half as many steps an epoch, so the third attempt's
+     * epochs take half as long.
      */
-    private static final int EPOCHS_KILLED = 300;
+    private static final int EPOCHS_KILLED = 150;
+    private static final int KILLED_ROWS_TIMES = 4;
 
     @Test
     public void fitSurvivesAnExecutorKilledMidTrainingAndResumes() throws Exception {
@@ -269,10 +272,11 @@ public class HorovodEstimatorIT {
             }
         };
         spark.sparkContext().addSparkListener(stages);
+        Dataset<Row> killedRows = regression.crossJoin(spark.range(KILLED_ROWS_TIMES)).drop("id");
         HorovodModel model;
         try {
-            model = regressionEstimator().setEpochs(EPOCHS_KILLED).setTrainStepsPerEpoch(300).setStore(store)
-                    .setRunId("killed").fit(regression);
+            model = regressionEstimator().setEpochs(EPOCHS_KILLED).setBatchSize(32).setStore(store)
+                    .setRunId("killed").fit(killedRows);
         } finally {
             killer.interrupt();
             killer.join();
