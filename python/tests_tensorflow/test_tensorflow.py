@@ -307,6 +307,39 @@ def test_sync_batch_normalization_normalizes_with_every_ranks_batch():
         hvd.SyncBatchNormalization(fused=True)
 
 
+def test_an_elastic_jobs_traced_step_works_in_the_world_it_runs_in(monkeypatch):
+    # An elastic job's reset may change the world after a step was traced (horovodrs's elastic
+    # launcher, run_elastic). This step is traced while the world looks one rank larger, then runs
+    # in this one: it must average its sparse gradients over, cut an allgather's gradient by, and
+    # read size_op and rank_op from the world it runs in (Horovod's are ops, read when they run).
+    from horovod_rs.common import basics
+    monkeypatch.setattr(basics, "elastic_member", lambda: object())
+    table = tf.Variable(tf.zeros([4, 2]))
+    rows = tf.Variable(tf.fill([RANK + 1, 2], 1.0))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, [1]))
+        (table_grad,) = hvd.DistributedGradientTape(tape).gradient(loss, [table])
+        with tf.GradientTape() as tape:
+            gathered = tf.reduce_sum(hvd.allgather(rows))
+        rows_grad = tape.gradient(gathered, rows)
+        single = hvd.allreduce(tf.IndexedSlices(tf.ones([1, 2]), tf.constant([2]), tf.constant([4, 2])))
+        return table_grad, rows_grad, single, hvd.size_op(), hvd.rank_op()
+
+    with monkeypatch.context() as traced_in_a_larger_world:
+        traced_in_a_larger_world.setattr(basics, "size", lambda: SIZE + 1)
+        concrete = step.get_concrete_function()
+    table_grad, rows_grad, single, size, rank = concrete()
+    assert isinstance(table_grad, tf.IndexedSlices) and isinstance(single, tf.IndexedSlices)
+    # Each rank's row 1 (or 2) of ones, averaged: SIZE rows of 1 / SIZE, which add up to ones.
+    np.testing.assert_allclose(tf.convert_to_tensor(table_grad).numpy()[1], [1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(tf.convert_to_tensor(single).numpy()[2], [1.0, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(rows_grad.numpy(), np.ones([RANK + 1, 2]))
+    assert (int(size), int(rank)) == (SIZE, RANK)
+
+
 def test_elastic_run_restores_the_last_commit_and_joins_again_after_a_failed_collective():
     v = tf.Variable(float(RANK))  # rank 0's value wins at every sync
     state = hvd.elastic.TensorFlowState(variables=[v], epoch=0)

@@ -98,7 +98,7 @@ def _sparse_allreduce(slices, op, prescale_factor, postscale_factor, process_set
         if slices.values.dtype == slices.indices.dtype else \
         (allgather(slices.values, process_set=process_set), allgather(slices.indices, process_set=process_set))
     if op == Average:
-        values = values / tf.cast(process_set.size(), values.dtype)
+        values = values / tf.cast(size_op(process_set.process_set_id), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -265,9 +265,10 @@ def _flat_allreduce(grads, compression, op, prescale, postscale, process_set, na
 
 def _gathered_slices(slices, op, process_set, name):
     """``IndexedSlices`` reduced as ``_sparse_allreduce`` does each, all in one allgather: per
-    values dtype, each rank's row counts, its indices and its rows, flat; every rank then cuts the
-    gathered tensors back into each gradient's rows from every rank (in rank order)."""
-    ranks = process_set.size()
+    values dtype, each rank's row counts, its indices and its rows, flat; every rank then sorts the
+    gathered tensors back into each gradient's rows from every rank (in rank order). The world's
+    size is the gathered counts' (an elastic job's traced step may run in a world of another size
+    than the one it was traced in)."""
     groups = _by_dtype(s.values.dtype for s in slices)
     tensors = []
     for members in groups.values():
@@ -280,19 +281,21 @@ def _gathered_slices(slices, op, process_set, name):
     out = [None] * len(slices)
     for g, members in enumerate(groups.values()):
         counts, indices, values = gathered[3 * g:3 * g + 3]
-        counts = tf.reshape(counts, [ranks, len(members)])  # a row per rank
-        widths = tf.constant([slices[p].values.shape[1:].num_elements() for p in members], tf.int64)
-        pieces = ranks * len(members)
-        index_pieces = tf.split(indices, tf.reshape(counts, [-1]), num=pieces)
-        value_pieces = tf.split(values, tf.reshape(counts * widths, [-1]), num=pieces)
+        # The gathered pieces run rank by rank, each rank's members in turn: piece r * m + k is
+        # rank r's rows of member k. Each index and value goes to its member's partition, which
+        # keeps their (rank) order.
+        m = len(members)
+        ranks = tf.size(counts) // m
+        member_of_piece = tf.tile(tf.range(m), [ranks])
+        widths = tf.tile(tf.constant([slices[p].values.shape[1:].num_elements() for p in members], tf.int64), [ranks])
+        index_pieces = tf.dynamic_partition(indices, tf.repeat(member_of_piece, counts), m)
+        value_pieces = tf.dynamic_partition(values, tf.repeat(member_of_piece, counts * widths), m)
         for k, p in enumerate(members):
             s = slices[p]
-            rows = tf.concat([value_pieces[r * len(members) + k] for r in range(ranks)], 0)
-            rows = tf.reshape(rows, [-1] + s.values.shape[1:].as_list())
+            rows = tf.reshape(value_pieces[k], [-1] + s.values.shape[1:].as_list())
             if op == Average:
                 rows = rows / tf.cast(ranks, rows.dtype)
-            where = tf.cast(tf.concat([index_pieces[r * len(members) + k] for r in range(ranks)], 0), s.indices.dtype)
-            out[p] = tf.IndexedSlices(rows, where, dense_shape=s.dense_shape)
+            out[p] = tf.IndexedSlices(rows, tf.cast(index_pieces[k], s.indices.dtype), dense_shape=s.dense_shape)
     return out
 
 
@@ -305,12 +308,14 @@ def _reduce_shared(grads, variables, local, allreduce_grads, scale_local_gradien
     for i, g in zip(shared, allreduce_grads([grads[i] for i in shared], name=name)):
         grads[i] = g
     if scale_local_gradients and local:
-        n = float(process_set.size())
+        ranks = size_op(process_set.process_set_id)
         for i, v in enumerate(variables):
             if id(v) in local and grads[i] is not None:
                 g = grads[i]
-                grads[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape) \
-                    if isinstance(g, tf.IndexedSlices) else g / n
+                if isinstance(g, tf.IndexedSlices):
+                    grads[i] = tf.IndexedSlices(g.values / tf.cast(ranks, g.values.dtype), g.indices, g.dense_shape)
+                else:
+                    grads[i] = g / tf.cast(ranks, g.dtype)
     return grads
 
 

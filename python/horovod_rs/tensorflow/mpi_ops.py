@@ -233,8 +233,15 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
 def _my_rows(grads, inputs, process_set):
     """This rank's rows of each of an allgather's gradients: the gradients of its inputs."""
     counts = grouped_allgather([tf.reshape(tf.shape(x)[0], [1]) for x in inputs], process_set=process_set)
-    engine = _process_sets.engine(process_set)[0]  # this rank's position and the count of pieces
-    return [tf.split(g, tf.reshape(c, [engine.size()]), axis=0)[engine.rank()] for g, c in zip(grads, counts)]
+    # This rank's position when the step runs: counts has a row count per rank of that world.
+    position = _world_op(lambda: _process_sets.engine(process_set)[0].rank())
+    mine = []
+    for g, c, x in zip(grads, counts, inputs):
+        start = tf.reduce_sum(c[:position])
+        rows = g[start:start + c[position]]
+        rows.set_shape(x.shape)
+        mine.append(rows)
+    return mine
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -398,24 +405,37 @@ def _process_set(process_set_id):
         raise ValueError("no process set with id %d" % process_set_id) from None
 
 
+def _world_op(value, name=None):
+    """``value()`` (an int) as a tensor: a constant, except in an elastic job's traced function,
+    where an op reads it each time the function runs (as Horovod's ``size_op`` and ``rank_op``
+    are ops): a reset after the trace may have changed the world."""
+    if tf.executing_eagerly() or basics.elastic_member() is None:
+        return tf.constant(value(), dtype=tf.int32, name=name)
+    result = tf.py_function(lambda: np.int32(value()), [], tf.int32, name=name)
+    result.set_shape([])
+    return result
+
+
 def size_op(process_set_id=0, name=None):
     """The number of ranks (of the process set), as a tensor."""
-    return tf.constant(_process_set(process_set_id).size(), dtype=tf.int32, name=name)
+    _process_set(process_set_id)  # an unknown id is a ValueError now, traced or not
+    return _world_op(lambda: _process_set(process_set_id).size(), name)
 
 
 def process_set_included_op(process_set_id=0, name=None):
     """1 if this rank is in the process set, else 0, as a tensor."""
-    return tf.constant(int(_process_set(process_set_id).included()), dtype=tf.int32, name=name)
+    _process_set(process_set_id)
+    return _world_op(lambda: int(_process_set(process_set_id).included()), name)
 
 
 def local_size_op(name=None):
-    return tf.constant(local_size(), dtype=tf.int32, name=name)
+    return _world_op(local_size, name)
 
 
 def rank_op(name=None):
-    return tf.constant(rank(), dtype=tf.int32, name=name)
+    return _world_op(rank, name)
 
 
 def local_rank_op(name=None):
-    return tf.constant(local_rank(), dtype=tf.int32, name=name)
+    return _world_op(local_rank, name)
 
