@@ -314,27 +314,30 @@ def test_an_elastic_jobs_traced_step_works_in_the_world_it_runs_in(monkeypatch):
     # read size_op and rank_op from the world it runs in (Horovod's are ops, read when they run).
     from horovod_rs.common import basics
     monkeypatch.setattr(basics, "elastic_member", lambda: object())
-    table = tf.Variable(tf.zeros([4, 2]))
+    table, wider = tf.Variable(tf.zeros([4, 2])), tf.Variable(tf.zeros([5, 3]))
     rows = tf.Variable(tf.fill([RANK + 1, 2], 1.0))
 
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.gather(table, [1]))
-        (table_grad,) = hvd.DistributedGradientTape(tape).gradient(loss, [table])
+            loss = tf.reduce_sum(tf.gather(table, [1])) + tf.reduce_sum(tf.gather(wider, [RANK, 4]))
+        table_grad, wider_grad = hvd.DistributedGradientTape(tape).gradient(loss, [table, wider])
         with tf.GradientTape() as tape:
             gathered = tf.reduce_sum(hvd.allgather(rows))
         rows_grad = tape.gradient(gathered, rows)
         single = hvd.allreduce(tf.IndexedSlices(tf.ones([1, 2]), tf.constant([2]), tf.constant([4, 2])))
-        return table_grad, rows_grad, single, hvd.size_op(), hvd.rank_op()
+        return table_grad, wider_grad, rows_grad, single, hvd.size_op(), hvd.rank_op()
 
     with monkeypatch.context() as traced_in_a_larger_world:
         traced_in_a_larger_world.setattr(basics, "size", lambda: SIZE + 1)
         concrete = step.get_concrete_function()
-    table_grad, rows_grad, single, size, rank = concrete()
+    table_grad, wider_grad, rows_grad, single, size, rank = concrete()
     assert isinstance(table_grad, tf.IndexedSlices) and isinstance(single, tf.IndexedSlices)
     # Each rank's row 1 (or 2) of ones, averaged: SIZE rows of 1 / SIZE, which add up to ones.
     np.testing.assert_allclose(tf.convert_to_tensor(table_grad).numpy()[1], [1.0, 1.0], rtol=1e-6)
+    # Rows of another width in the same exchange: each rank's own row, and row 4 from every rank.
+    np.testing.assert_allclose(tf.convert_to_tensor(wider_grad).numpy(),
+                               [[1.0 / SIZE] * 3] * SIZE + [[0.0] * 3] * (4 - SIZE) + [[1.0] * 3], rtol=1e-6)
     np.testing.assert_allclose(tf.convert_to_tensor(single).numpy()[2], [1.0, 1.0], rtol=1e-6)
     np.testing.assert_array_equal(rows_grad.numpy(), np.ones([RANK + 1, 2]))
     assert (int(size), int(rank)) == (SIZE, RANK)

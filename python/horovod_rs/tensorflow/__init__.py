@@ -6,6 +6,7 @@ helpers, ``Compression``, process sets. ``horovod_rs.tensorflow.keras`` has the 
 TensorFlow 1's sessions and hooks are not provided.
 """
 
+import math
 import zlib
 
 import tensorflow as tf
@@ -281,15 +282,14 @@ def _gathered_slices(slices, op, process_set, name):
     out = [None] * len(slices)
     for g, members in enumerate(groups.values()):
         counts, indices, values = gathered[3 * g:3 * g + 3]
-        # The gathered pieces run rank by rank, each rank's members in turn: piece r * m + k is
-        # rank r's rows of member k. Each index and value goes to its member's partition, which
-        # keeps their (rank) order.
         m = len(members)
-        ranks = tf.size(counts) // m
-        member_of_piece = tf.tile(tf.range(m), [ranks])
-        widths = tf.tile(tf.constant([slices[p].values.shape[1:].num_elements() for p in members], tf.int64), [ranks])
-        index_pieces = tf.dynamic_partition(indices, tf.repeat(member_of_piece, counts), m)
-        value_pieces = tf.dynamic_partition(values, tf.repeat(member_of_piece, counts * widths), m)
+        counts = tf.reshape(counts, [-1, m])  # a row per rank of the world the step runs in
+        widths = [slices[p].values.shape[1:].num_elements() for p in members]
+        unit = math.gcd(*widths)  # the values move in rows of this many: every member's row is a few
+        index_pieces = _by_member(indices, counts)
+        value_pieces = _by_member(tf.reshape(values, [-1, unit]), counts * tf.constant([w // unit for w in widths],
+                                                                                        tf.int64))
+        ranks = tf.shape(counts)[0]
         for k, p in enumerate(members):
             s = slices[p]
             rows = tf.reshape(value_pieces[k], [-1] + s.values.shape[1:].as_list())
@@ -297,6 +297,17 @@ def _gathered_slices(slices, op, process_set, name):
                 rows = rows / tf.cast(ranks, rows.dtype)
             out[p] = tf.IndexedSlices(rows, tf.cast(index_pieces[k], s.indices.dtype), dense_shape=s.dense_shape)
     return out
+
+
+def _by_member(flat, lengths):
+    """The pieces of ``flat``'s rows, rank by rank, each rank's members in turn (``lengths``: a row
+    per rank, a column per member), as one tensor per member of its pieces in rank order: one
+    gather in member order, then a split by member (the world's size is only known when the step
+    runs)."""
+    ends = tf.reshape(tf.cumsum(tf.reshape(lengths, [-1])), tf.shape(lengths))
+    starts = ends - lengths
+    order = tf.ragged.range(tf.reshape(tf.transpose(starts), [-1]), tf.reshape(tf.transpose(ends), [-1])).flat_values
+    return tf.split(tf.gather(flat, order), tf.reduce_sum(lengths, 0), num=lengths.shape[1])
 
 
 def _reduce_shared(grads, variables, local, allreduce_grads, scale_local_gradients, process_set, name=None):
