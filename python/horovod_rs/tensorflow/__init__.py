@@ -285,7 +285,7 @@ def _gathered_slices(slices, op, process_set, name):
         m = len(members)
         counts = tf.reshape(counts, [-1, m])  # a row per rank of the world the step runs in
         widths = [slices[p].values.shape[1:].num_elements() for p in members]
-        unit = math.gcd(*widths)  # the values move in rows of this many: every member's row is a few
+        unit = math.gcd(*widths) or 1  # the values move in rows of this many: every member's row is a few
         index_pieces = _by_member(indices, counts)
         value_pieces = _by_member(tf.reshape(values, [-1, unit]), counts * tf.constant([w // unit for w in widths],
                                                                                         tf.int64))
