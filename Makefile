@@ -19,7 +19,8 @@ MASTER          := local-cluster[2,1,1024]
 # newest 4.x (LINE); Spark 3.5 with Scala 2.12, as Databricks' 15.4 and 16.4 LTS runtimes run it
 # (LINE_35), has an environment of its own (VENV_35) that shares the project environment's
 # packages. The Spark tests run on both; the Scala 2.13 jar of 3.5, which no pyspark runs, is
-# compiled and unit-tested.
+# compiled and unit-tested (by make test-matrix and make dist: the same sources and shim as the
+# 2.12 jar's, which make test compiles and unit-tests).
 LINE            := spark4_2.13
 LINE_35         := spark3.5_2.12
 LINES           := $(LINE) $(LINE_35) spark3.5_2.13
@@ -57,7 +58,7 @@ BENCH_GLOO      ?= 0
 # each figure's median (on a shared VM, single runs vary by up to 2x).
 BENCH_REPEAT    ?= 1
 
-.PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build java-test integration-test lint jar jars \
+.PHONY: demo demo-run-api scala-example pyspark-test pyspark-slow-test python-test test lane-installs lane-builds cargo-test cargo-test-build cargo-test-cuda java-test integration-test lint jar jars \
         jar-release native-debug dist dist-native dist-jars dist-wheels dist-check dist-smoke bench-launch bench-launch-python bench-collectives bench-ingest bench-python bench-grouped bench-lockstep bench-estimator bench-trainer tools spark-envs clean \
         pyspark-connect-test $(addprefix jar-,$(LINES)) $(addprefix java-test-,$(LINES)) \
         $(addprefix integration-test-,$(TESTED_LINES)) $(addprefix scala-example-,$(TESTED_LINES)) \
@@ -79,8 +80,8 @@ LANE_installs := $(VENV)/.pyspark-$(PYSPARK_VERSION) $(VENV_35)/.pyspark-$(PYSPA
                  $(VENV)/.connect $(VENV)/.horovod_rs $(VENV)/.mlflow $(VENV)/.vermin $(VENV)/.dist-tools
 # The jars before the test binaries: Gradle's compile (18 s of it a line's first classpath snapshot)
 # keeps one core busy, so it goes beside the installs' downloads rather than alone at the end.
-LANE_builds   := .tools/gradle.stamp lint jars cargo-test-build
-TESTS := cargo-test java-test dist-smoke integration-test-$(LINE) pyspark-test pyspark-connect-test-$(LINE) elastic-test \
+LANE_builds   := .tools/gradle.stamp lint $(addprefix jar-,$(TESTED_LINES)) cargo-test-build
+TESTS := cargo-test $(addprefix java-test-,$(TESTED_LINES)) dist-smoke integration-test-$(LINE) pyspark-test pyspark-connect-test-$(LINE) elastic-test \
          python-test faults-quick
 # Each suite's time is printed after it (`make test: <suite> <seconds> s`), to see where CI's goes.
 test:
@@ -93,7 +94,8 @@ lane-installs lane-builds: lane-%:
 	set -o pipefail; $(MAKE) --no-print-directory -j1 $(LANE_$*) 2>&1 | sed -u 's/^/[$*] /'
 
 # What make test leaves out for CI's time, each a line or a size that make test covers on another:
-# Spark 3.5's JVM integration tests and Connect run, the Scala script on both lines (spark-shell
+# the NCCL backend's tests of this host (make test compiles them), the unit tests of Spark 3.5's
+# Scala 2.13 jar, Spark 3.5's JVM integration tests and Connect run, the Scala script on both lines (spark-shell
 # with the jar; the newest line's estimator is fitted from the JVM by its integration tests),
 # the slow PySpark examples, Horovod's PyTorch API with 2 processes, the TensorFlow API on Keras 2
 # and with 3 processes, and the Rossmann
@@ -101,7 +103,7 @@ lane-installs lane-builds: lane-%:
 # with Rossmann's custom objects and BestModelCheckpoint, is the PySpark tests').
 .PHONY: test-matrix
 test-matrix:
-	$(MAKE) --no-print-directory integration-test-$(LINE_35) scala-example pyspark-connect-test-$(LINE_35) pyspark-slow-test \
+	$(MAKE) --no-print-directory cargo-test-cuda java-test-spark3.5_2.13 integration-test-$(LINE_35) scala-example pyspark-connect-test-$(LINE_35) pyspark-slow-test \
 	  flyte-test
 	$(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 $(VENV)/bin/horovodrs -np 2 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests_tensorflow
@@ -174,17 +176,19 @@ lint:
 	cargo clippy -p horovod-core --features cuda --all-targets -- -D warnings
 	cd native/python && cargo fmt -- --check && CARGO_TARGET_DIR=$(abspath target) cargo clippy --features cuda -- -D warnings
 
-# The NCCL tests of this host: no GPU, so they pin the errors and the setup
-# agreement; docs/gpu.md lists what a GPU host must check.
 cargo-test:
 	cargo test --workspace
-	cargo test -p horovod-core --features cuda --lib nccl
-	cargo test -p horovod-core --features cuda --test engine_processes gpu
 
 # The test binaries of cargo-test, built (make test builds before it tests).
 cargo-test-build:
 	cargo test --workspace --no-run
-	cargo test -p horovod-core --features cuda --no-run --lib --test engine_processes
+
+# The NCCL tests of this host: no GPU, so they pin the errors and the setup agreement; docs/gpu.md
+# lists what a GPU host must check. make test-matrix runs them (their build with the `cuda`
+# feature took 1.5 minutes of CI's); make test compiles the backend and its tests (make lint).
+cargo-test-cuda:
+	cargo test -p horovod-core --features cuda --lib nccl
+	cargo test -p horovod-core --features cuda --test engine_processes gpu
 
 # Gradle stays quiet; the summary lists every test and ends with a pass/fail count.
 # The unit tests run on every line (Spark's jars from Maven Central); then the line's jar is
