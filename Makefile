@@ -95,8 +95,9 @@ lane-installs lane-builds: lane-%:
 
 # What make test leaves out for CI's time, each a line or a size that make test covers on another:
 # the NCCL backend's tests of this host (make test compiles them), the unit tests of Spark 3.5's
-# Scala 2.13 jar, Spark 3.5's JVM integration tests and Connect run, the Scala script on both lines (spark-shell
-# with the jar; the newest line's estimator is fitted from the JVM by its integration tests),
+# Scala 2.13 jar, Spark 3.5's JVM integration tests and Connect run, the Scala script on both
+# lines (spark-shell with the jar; the newest line's estimator is fitted from the JVM by its
+# integration tests),
 # the slow PySpark examples, Horovod's PyTorch API with 2 processes, the TensorFlow API on Keras 2
 # and with 3 processes, and the Rossmann
 # Flyte workflow (a Spark application of its own, about 3 minutes; the KerasEstimator it fits,
